@@ -1,0 +1,57 @@
+// Package orttest loads ONNX Runtime for tests: the library scripts/setup put
+// in the project's cache, or the one $ORTRAIN_ORT_LIB names (a CUDA build on
+// a GPU machine).
+package orttest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+)
+
+// Init loads ONNX Runtime once per test binary, failing the test with the
+// library search's own explanation when it is missing.
+func Init(tb testing.TB) {
+	tb.Helper()
+	if ort.Initialised() {
+		return
+	}
+	path, err := ort.FindLibrary(ort.LibrarySearch{Dirs: []string{moduleRoot()}})
+	if err == nil {
+		err = ort.Init(path)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Device returns the device tests run on: $ORTRAIN_TEST_DEVICE ("cuda:0" on
+// a GPU machine), the CPU otherwise.
+func Device(tb testing.TB) ort.Device {
+	s := os.Getenv("ORTRAIN_TEST_DEVICE")
+	if s == "" {
+		return ort.CPU
+	}
+	d, err := ort.ParseDevice(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package ort
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ortrain/ortrain/ort/onnxpb"
+)
+
+// TransferStats counts the copies between Go-visible host memory and a
+// session's device memory that went through this package: what a training
+// step must keep to its batch and a few scalars.
+type TransferStats struct {
+	HostToDevice, DeviceToHost int64 // copies
+	Bytes                      int64 // bytes moved by them
+}
+
+var transfers struct{ h2d, d2h, bytes atomic.Int64 }
+
+// Transfers returns the counts since the process started.
+func Transfers() TransferStats {
+	return TransferStats{transfers.h2d.Load(), transfers.d2h.Load(), transfers.bytes.Load()}
+}
+
+// Sub returns the copies made between an earlier reading o and t.
+func (t TransferStats) Sub(o TransferStats) TransferStats {
+	return TransferStats{t.HostToDevice - o.HostToDevice, t.DeviceToHost - o.DeviceToHost, t.Bytes - o.Bytes}
+}
+
+// Alloc allocates a tensor in the session's device memory. On the CPU it is
+// zero-filled; on a GPU its contents are undefined until written.
+func (s *Session) Alloc(dtype DType, shape []int64) (*Value, error) {
+	if !s.opts.Device.CUDA {
+		v, err := NewEmpty(dtype, shape)
+		if v != nil {
+			v.resident = true
+		}
+		return v, err
+	}
+	if s.alloc == nil {
+		if err := s.memoryInfos(); err != nil {
+			return nil, err
+		}
+		if err := check(C.ortrain_create_allocator(s.p, s.devMem, &s.alloc)); err != nil {
+			return nil, fmt.Errorf("allocator for %v: %w", s.opts.Device, err)
+		}
+	}
+	v, err := newValue(s.alloc, dtype, shape)
+	if v != nil {
+		v.resident = true
+	}
+	return v, err
+}
+
+func (s *Session) memoryInfos() error {
+	if s.devMem != nil {
+		return nil
+	}
+	var err error
+	if s.hostMem, err = memoryInfo(CPU); err == nil {
+		s.devMem, err = memoryInfo(s.opts.Device)
+	}
+	return err
+}
+
+func memoryInfo(d Device) (*C.OrtMemoryInfo, error) {
+	name := C.CString(d.memoryInfoName())
+	defer C.free(unsafe.Pointer(name))
+	var m *C.OrtMemoryInfo
+	err := check(C.ortrain_memory_info(name, C.int(d.ID), 0, &m))
+	return m, err
+}
+
+// Upload copies a host value into new device memory of the session.
+func (s *Session) Upload(host *Value) (*Value, error) {
+	dev, err := s.Alloc(host.dtype, host.shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Copy(dev, host); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return dev, nil
+}
+
+// Download copies a value of the session's device into new host memory.
+func (s *Session) Download(dev *Value) (*Value, error) {
+	host, err := NewEmpty(dev.dtype, dev.shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Copy(host, dev); err != nil {
+		host.Close()
+		return nil, err
+	}
+	return host, nil
+}
+
+// Copy copies src into dst, which must have the same type and shape; either
+// may be on the host or on the session's device.
+func (s *Session) Copy(dst, src *Value) error {
+	if dst.dtype != src.dtype || !sameShape(dst.shape, src.shape) {
+		return fmt.Errorf("copy of %v%v into %v%v: type or shape differ", src.dtype, src.shape, dst.dtype, dst.shape)
+	}
+	switch {
+	case src.OnHost() && dst.OnHost():
+		copy(dst.hostBytes(), src.hostBytes())
+	default:
+		if err := s.deviceCopy(dst, src); err != nil {
+			return err
+		}
+	}
+	count(dst, src)
+	return nil
+}
+
+func count(dst, src *Value) {
+	if dst.resident || !dst.OnHost() {
+		transfers.h2d.Add(1)
+	} else {
+		transfers.d2h.Add(1)
+	}
+	transfers.bytes.Add(src.Bytes())
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// copier moves tensors between host and GPU memory by running an Identity
+// graph with IO binding: ONNX Runtime copies the bound input to the device
+// and the output to where it is bound, through the provider's own data
+// transfer, so ortrain needs no CUDA runtime of its own.
+type copier struct {
+	mu       sync.Mutex
+	sessions map[DType]*Session
+	bindings map[DType]*Binding
+}
+
+func (s *Session) deviceCopy(dst, src *Value) error {
+	if !s.opts.Device.CUDA {
+		return fmt.Errorf("a %v session cannot copy a value on %v", s.opts.Device, map[bool]Device{true: dst.loc, false: src.loc}[src.OnHost()])
+	}
+	if s.copier == nil {
+		s.copier = &copier{sessions: map[DType]*Session{}, bindings: map[DType]*Binding{}}
+	}
+	c := s.copier
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.bindings[src.dtype]
+	if b == nil {
+		opts := s.opts
+		opts.CUDA.EnableCUDAGraph = false
+		cs, err := NewSessionFromBytes(identityModel(src.dtype), opts)
+		if err != nil {
+			return fmt.Errorf("device copy session: %w", err)
+		}
+		if b, err = cs.NewBinding(); err != nil {
+			cs.Close()
+			return err
+		}
+		c.sessions[src.dtype], c.bindings[src.dtype] = cs, b
+	}
+	if err := b.BindInput("x", src); err != nil {
+		return err
+	}
+	if err := b.BindOutput("y", dst); err != nil {
+		return err
+	}
+	return b.Run()
+}
+
+func (c *copier) close() {
+	for d, b := range c.bindings {
+		b.Close()
+		c.sessions[d].Close()
+	}
+}
+
+// identityModel is y = Identity(x) for tensors of any rank.
+func identityModel(dtype DType) []byte {
+	tensor := func(name string) *onnxpb.ValueInfoProto {
+		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{
+			Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(dtype))}}}}
+	}
+	m := &onnxpb.ModelProto{
+		IrVersion:   proto.Int64(8),
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(17)}},
+		Graph: &onnxpb.GraphProto{
+			Name:   proto.String("ortrain_copy"),
+			Node:   []*onnxpb.NodeProto{{OpType: proto.String("Identity"), Input: []string{"x"}, Output: []string{"y"}}},
+			Input:  []*onnxpb.ValueInfoProto{tensor("x")},
+			Output: []*onnxpb.ValueInfoProto{tensor("y")},
+		},
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err) // a fixed, valid message
+	}
+	return b
+}
