@@ -175,8 +175,12 @@ func TestEveryDTypeRoundTrips(t *testing.T) {
 			return ort.NewTensor(shape, []ort.BFloat16Bits{ort.ToBFloat16(1.5), ort.ToBFloat16(-2), 0, ort.ToBFloat16(3e38), 1, 2})
 		}, ""},
 		{ort.Float64, func() (*ort.Value, error) { return ort.NewTensor(shape, []float64{math.Pi, -1, 0, 1e300, 2, 3}) }, ""},
-		{ort.Int64, func() (*ort.Value, error) { return ort.NewTensor(shape, []int64{math.MaxInt64, math.MinInt64, 0, 1, -1, 50257}) }, ""},
-		{ort.Int32, func() (*ort.Value, error) { return ort.NewTensor(shape, []int32{math.MaxInt32, math.MinInt32, 0, 1, -1, 7}) }, ""},
+		{ort.Int64, func() (*ort.Value, error) {
+			return ort.NewTensor(shape, []int64{math.MaxInt64, math.MinInt64, 0, 1, -1, 50257})
+		}, ""},
+		{ort.Int32, func() (*ort.Value, error) {
+			return ort.NewTensor(shape, []int32{math.MaxInt32, math.MinInt32, 0, 1, -1, 7})
+		}, ""},
 		{ort.Int8, func() (*ort.Value, error) { return ort.NewTensor(shape, []int8{127, -128, 0, 1, -1, 7}) }, ""},
 		{ort.Uint8, func() (*ort.Value, error) { return ort.NewTensor(shape, []uint8{255, 0, 1, 2, 3, 128}) }, ""},
 		{ort.Bool, func() (*ort.Value, error) { return ort.NewTensor(shape, []bool{true, false, true, true, false, false}) }, ""},
@@ -253,7 +257,7 @@ func TestHalfConversions(t *testing.T) {
 		{1, 0x3c00, 0x3f80},
 		{-2, 0xc000, 0xc000},
 		{65504, 0x7bff, 0x477f + 1}, // bf16 rounds 65504 up to 65536
-		{1e6, 0x7c00, 0x4974},        // half overflows to +Inf
+		{1e6, 0x7c00, 0x4974},       // half overflows to +Inf
 		{5.960464477539063e-08, 0x0001, 0x3380},
 		{float32(math.Inf(-1)), 0xfc00, 0xff80},
 		{1.0009765625, 0x3c01, 0x3f80}, // 1 + 2^-10: exact in half, rounds to 1 in bf16
