@@ -385,3 +385,10 @@ func BenchmarkRunOverhead(b *testing.B) {
 		}
 	})
 }
+
+func TestCheckDevice(t *testing.T) {
+	orttest.Init(t)
+	if err := ort.CheckDevice(orttest.Device(t), ort.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}

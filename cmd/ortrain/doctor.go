@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ortrain/ortrain/ort"
+)
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check that ONNX Runtime loads and which devices can train",
+		Description: `Prints ortrain's and ONNX Runtime's versions, the library path, the
+execution providers, and whether a session runs on the CPU and on each CUDA
+device. Exits 0 when the CPU path works.
+
+Example:
+   ortrain doctor
+   ortrain --ort-lib /opt/ort-cuda/lib/libonnxruntime.so doctor --device cuda:1`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "device", Value: "cuda:0", Usage: "the CUDA device to try"},
+		},
+		Action: doctor,
+	}
+}
+
+func doctor(c *cli.Context) error {
+	w := c.App.Writer
+	fmt.Fprintf(w, "ortrain        %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if err := loadORT(c, ""); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "ONNX Runtime   %s\n", ort.Version())
+	fmt.Fprintf(w, "library        %s\n", ort.LibraryPath())
+	providers, err := ort.AvailableProviders()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "providers      %s\n", strings.Join(providers, ", "))
+	if err := ort.CheckDevice(ort.CPU, ort.Options{}); err != nil {
+		return fmt.Errorf("the CPU path does not work: %w", err)
+	}
+	fmt.Fprintf(w, "cpu            ok (session, copy to and from the device)\n")
+
+	dev, err := ort.ParseDevice(c.String("device"))
+	if err != nil {
+		return err
+	}
+	switch {
+	case !contains(providers, "CUDAExecutionProvider"):
+		fmt.Fprintf(w, "%-14s not available: this ONNX Runtime has no CUDA provider (a CUDA build: set $%s)\n", dev, ort.LibraryEnv)
+	default:
+		if err := ort.CheckDevice(dev, ort.Options{}); err != nil {
+			fmt.Fprintf(w, "%-14s not usable: %v\n", dev, err)
+		} else {
+			fmt.Fprintf(w, "%-14s ok (session, copy to and from the device)\n", dev)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

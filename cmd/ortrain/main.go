@@ -1,0 +1,85 @@
+// Command ortrain trains and evaluates ONNX models on ONNX Runtime.
+//
+// Each command lives in a file of its own and only parses flags and calls
+// the library packages. Exit codes: 0 done, 1 failed, 2 bad usage or bad input.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ortrain/ortrain/ort"
+)
+
+// version is set at release builds with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Name:    "ortrain",
+		Usage:   "train and evaluate ONNX models on ONNX Runtime",
+		Version: version,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "ort-lib", Usage: "ONNX Runtime shared library to load (else $" + ort.LibraryEnv + ", the run config, .cache/ort, the system path)"},
+		},
+		Commands: []*cli.Command{
+			trainCommand(), evalCommand(), artifactsCommand(), reportCommand(),
+			planCommand(), doctorCommand(), exportCommand(),
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // run decides the exit code
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+	}
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "ortrain:", err)
+	return exitCode(err)
+}
+
+// usageError is a command line ortrain cannot parse.
+type usageError struct{ error }
+
+func (usageError) BadInput() bool { return true }
+
+// exitCode is 2 for errors the user fixes by changing the input (those that
+// say so with a BadInput method), 1 for the rest.
+func exitCode(err error) int {
+	var bad interface{ BadInput() bool }
+	if errors.As(err, &bad) && bad.BadInput() {
+		return 2
+	}
+	var coder cli.ExitCoder
+	if errors.As(err, &coder) {
+		return coder.ExitCode()
+	}
+	return 1
+}
+
+// loadORT finds and loads ONNX Runtime; configLib is the run config's ort_lib.
+func loadORT(c *cli.Context, configLib string) error {
+	path, err := ort.FindLibrary(ort.LibrarySearch{Flag: c.String("ort-lib"), Config: configLib})
+	if err != nil {
+		return err
+	}
+	return ort.Init(path)
+}
+
+// notBuilt answers for a command whose machinery has not landed yet.
+func notBuilt(name, issue string) cli.ActionFunc {
+	return func(*cli.Context) error {
+		return cli.Exit(fmt.Sprintf("`ortrain %s` is not built yet (%s); nothing was done", name, issue), 1)
+	}
+}

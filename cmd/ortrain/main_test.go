@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+)
+
+// TestExitCodes checks the contract scripts rely on: 0 done, 1 failed, 2 bad
+// usage or bad input.
+func TestExitCodes(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
+	cases := []struct {
+		name string
+		args []string
+		code int
+		say  string // on stderr
+	}{
+		{"library missing", []string{"--ort-lib", missing, "doctor"}, 2, "ONNX Runtime library not found"},
+		{"unknown flag", []string{"--no-such-flag"}, 2, "no-such-flag"},
+		{"bad device", []string{"doctor", "--device", "tpu"}, 2, "bad value tpu for device"},
+		{"not built", []string{"train"}, 1, "not built yet"},
+		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
+	}
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(append([]string{"ortrain"}, c.args...), &out, &errOut)
+			if code != c.code || !strings.Contains(errOut.String(), c.say) {
+				t.Errorf("ortrain %v: exit %d, stderr %q; want exit %d saying %q", c.args, code, errOut.String(), c.code, c.say)
+			}
+		})
+	}
+}
+
+func TestDoctorReportsCPU(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	var out, errOut bytes.Buffer
+	if code := run([]string{"ortrain", "doctor"}, &out, &errOut); code != 0 {
+		t.Fatalf("doctor exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"ONNX Runtime   " + ort.Version(), "CPUExecutionProvider", "cpu            ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
