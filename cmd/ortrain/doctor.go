@@ -55,7 +55,7 @@ func doctor(c *cli.Context) error {
 		fmt.Fprintf(w, "%-14s not available: this ONNX Runtime has no CUDA provider (a CUDA build: set $%s)\n", dev, ort.LibraryEnv)
 	default:
 		if err := ort.CheckDevice(dev, ort.Options{}); err != nil {
-			fmt.Fprintf(w, "%-14s not usable: %v\n", dev, err)
+			fmt.Fprintf(w, "%-14s not usable: %s\n", dev, shortORTError(err))
 		} else {
 			fmt.Fprintf(w, "%-14s ok (session, copy to and from the device)\n", dev)
 		}
@@ -70,4 +70,13 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// shortORTError drops the source location ONNX Runtime puts before its message.
+func shortORTError(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "FAIL : "); i >= 0 {
+		msg = msg[i+len("FAIL : "):]
+	}
+	return strings.TrimSpace(msg)
 }

@@ -26,9 +26,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app := &cli.App{
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Name:    "ortrain",
-		Usage:   "train and evaluate ONNX models on ONNX Runtime",
-		Version: version,
+		Name:      "ortrain",
+		Usage:     "train and evaluate ONNX models on ONNX Runtime",
+		Version:   version,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ort-lib", Usage: "ONNX Runtime shared library to load (else $" + ort.LibraryEnv + ", the run config, .cache/ort, the system path)"},
 		},
