@@ -244,5 +244,3 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 	}
 	return ups, g.Sort()
 }
-
-

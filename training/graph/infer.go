@@ -9,6 +9,17 @@ import (
 // infer sets the facts of n's outputs from its inputs' facts. Ops it does not
 // know leave their outputs unknown (value_info from the file may fill in).
 func (g *Graph) infer(n *Node) {
+	defer func() {
+		// A malformed node (an axis out of range...) leaves its outputs
+		// unknown here; ONNX Runtime reports it properly when loading.
+		if recover() != nil {
+			for _, o := range n.Outputs {
+				if o != "" {
+					g.Infos[o] = Info{DType: g.Infos[o].DType}
+				}
+			}
+		}
+	}()
 	in := func(i int) Info { return g.Infos[n.Input(i)] }
 	set := func(i int, info Info) {
 		if o := n.Output(i); o != "" {
