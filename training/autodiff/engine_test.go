@@ -146,7 +146,9 @@ func TestBadInputErrors(t *testing.T) {
 			return b.ReduceSum(b.Op("Erf", []string{"w"}), false)
 		}, []string{"Erf", "Erf", "--frozen", "w"}},
 		{"non-scalar loss", func(b *graph.Builder) string { return b.Mul("w", "w") }, []string{"scalar", "float64[2,3]"}},
-		{"integer loss", func(b *graph.Builder) string { return b.ReduceSum(b.Op("ArgMax", []string{"w"}, ai("axis", 1), ai("keepdims", 0)), false) }, []string{"scalar"}},
+		{"integer loss", func(b *graph.Builder) string {
+			return b.ReduceSum(b.Op("ArgMax", []string{"w"}, ai("axis", 1), ai("keepdims", 0)), false)
+		}, []string{"scalar"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

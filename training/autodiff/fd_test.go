@@ -16,7 +16,7 @@ import (
 // atol + rtol*|numeric|, with central differences (f(x+h) - f(x-h)) / 2h.
 //
 // float64 (every op whose ONNX Runtime CPU kernel has a double version):
-// h = 1e-6 makes the truncation error h²·f'''/6 ~ 1e-12 and the rounding
+// h = 1e-6 makes the truncation error h²·f”'/6 ~ 1e-12 and the rounding
 // error ~ 1e-16·|L|/h ~ 1e-9 for the |L| ~ 10 losses here, so 1e-6 absolute
 // and 1e-5 relative leave three orders of margin while any wrong rule
 // (a missing term, a wrong axis, a transposed operand) errs by O(1).

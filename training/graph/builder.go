@@ -337,3 +337,6 @@ func (b *Builder) OpInto(out, op string, inputs []string, attrs ...*onnxpb.Attri
 	b.G.AddNode(&Node{Op: op, Name: b.G.Fresh(b.Prefix + op), Inputs: inputs, Outputs: []string{out}, Attrs: attrs})
 	return out
 }
+
+// Identity copies x under a new name.
+func (b *Builder) Identity(x string) string { return b.Op("Identity", []string{x}) }
