@@ -82,6 +82,9 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 		if !pi.Known || !pi.Float() || ort.Numel(pi.Shape) != 1 || pi.Rank() < 0 {
 			return nil, &autodiff.LossError{Name: pred, Info: pi}
 		}
+		if pred == Name && pi.Rank() == 0 {
+			return nil, nil // the model's own output is already the loss
+		}
 		if pi.Rank() > 0 {
 			pred = b.Reshape(pred, b.Ints())
 		}
