@@ -147,7 +147,7 @@ func Build(opts Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Optimizer = Optimizer{Config: cfg.Defaults(), LR: optim.LR, Step: optim.Step, GradScale: optim.GradScale, ClipNorm: optim.ClipNorm, GradNorm: optim.GradNorm}
+	m.Optimizer = Optimizer{Config: cfg.Defaults(), LRInput: optim.LR, StepInput: optim.Step, GradScaleInput: optim.GradScale, ClipNormInput: optim.ClipNorm, GradNormOutput: optim.GradNorm}
 	for _, s := range states {
 		m.Optimizer.States = append(m.Optimizer.States, State{s.Name, s.Param, optim.Out(s.Name)})
 	}

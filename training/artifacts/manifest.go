@@ -61,12 +61,12 @@ type Gradient struct {
 // Optimizer records the optimizer graph's settings and interface.
 type Optimizer struct {
 	optim.Config
-	LR        string  `json:"lr_input"`
-	Step      string  `json:"step_input"`
-	GradScale string  `json:"grad_scale_input"`
-	ClipNorm  string  `json:"clip_norm_input"`
-	GradNorm  string  `json:"grad_norm_output"`
-	States    []State `json:"states"`
+	LRInput        string  `json:"lr_input"`
+	StepInput      string  `json:"step_input"`
+	GradScaleInput string  `json:"grad_scale_input"`
+	ClipNormInput  string  `json:"clip_norm_input"`
+	GradNormOutput string  `json:"grad_norm_output"`
+	States         []State `json:"states"`
 }
 
 // State is an optimizer state tensor, zeros of its parameter's shape at the
