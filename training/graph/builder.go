@@ -116,31 +116,49 @@ func (b *Builder) ScalarLike(x string, v float64) string {
 	return b.Scalar(b.Info(x).DType, v)
 }
 
-// The elementwise vocabulary.
-
+// Add emits the ONNX Add op.
 func (b *Builder) Add(x, y string) string  { return b.Op("Add", []string{x, y}) }
+// Sub emits the ONNX Sub op.
 func (b *Builder) Sub(x, y string) string  { return b.Op("Sub", []string{x, y}) }
+// Mul emits the ONNX Mul op.
 func (b *Builder) Mul(x, y string) string  { return b.Op("Mul", []string{x, y}) }
+// Div emits the ONNX Div op.
 func (b *Builder) Div(x, y string) string  { return b.Op("Div", []string{x, y}) }
+// Pow emits the ONNX Pow op.
 func (b *Builder) Pow(x, y string) string  { return b.Op("Pow", []string{x, y}) }
+// Neg emits the ONNX Neg op.
 func (b *Builder) Neg(x string) string     { return b.Op("Neg", []string{x}) }
+// Exp emits the ONNX Exp op.
 func (b *Builder) Exp(x string) string     { return b.Op("Exp", []string{x}) }
+// Log emits the ONNX Log op.
 func (b *Builder) Log(x string) string     { return b.Op("Log", []string{x}) }
+// Sqrt emits the ONNX Sqrt op.
 func (b *Builder) Sqrt(x string) string    { return b.Op("Sqrt", []string{x}) }
+// Abs emits the ONNX Abs op.
 func (b *Builder) Abs(x string) string     { return b.Op("Abs", []string{x}) }
+// Sign emits the ONNX Sign op.
 func (b *Builder) Sign(x string) string    { return b.Op("Sign", []string{x}) }
+// Relu emits the ONNX Relu op.
 func (b *Builder) Relu(x string) string    { return b.Op("Relu", []string{x}) }
+// Sigmoid emits the ONNX Sigmoid op.
 func (b *Builder) Sigmoid(x string) string { return b.Op("Sigmoid", []string{x}) }
+// Tanh emits the ONNX Tanh op.
 func (b *Builder) Tanh(x string) string    { return b.Op("Tanh", []string{x}) }
+// Shape emits the ONNX Shape op.
 func (b *Builder) Shape(x string) string   { return b.Op("Shape", []string{x}) }
+// Greater emits the ONNX Greater op.
 func (b *Builder) Greater(x, y string) string {
 	return b.Op("Greater", []string{x, y})
 }
+// Equal emits the ONNX Equal op.
 func (b *Builder) Equal(x, y string) string { return b.Op("Equal", []string{x, y}) }
+// Where emits the ONNX Where op.
 func (b *Builder) Where(c, x, y string) string {
 	return b.Op("Where", []string{c, x, y})
 }
+// Min emits the ONNX Min op.
 func (b *Builder) Min(x, y string) string { return b.Op("Min", []string{x, y}) }
+// Max emits the ONNX Max op.
 func (b *Builder) Max(x, y string) string { return b.Op("Max", []string{x, y}) }
 
 // Cast converts x to another element type.
@@ -190,7 +208,7 @@ func (b *Builder) ReshapeLike(x, like string) string {
 	return b.Reshape(x, b.Shape(like))
 }
 
-// Expand broadcasts x to the runtime shape of like.
+// ExpandLike broadcasts x to the runtime shape of like.
 func (b *Builder) ExpandLike(x, like string) string {
 	if li := b.Info(like); li.Static() {
 		return b.Op("Expand", []string{x, b.Ints(li.Shape...)})
