@@ -41,9 +41,6 @@ func (b *Builder) OpN(op string, inputs []string, n int, attrs ...*onnxpb.Attrib
 	if b.Err != nil {
 		return make([]string, n)
 	}
-	for _, in := range inputs {
-		_ = in
-	}
 	outs := make([]string, n)
 	for i := range outs {
 		outs[i] = b.G.Fresh(b.Prefix + op + "_out")
@@ -117,47 +114,66 @@ func (b *Builder) ScalarLike(x string, v float64) string {
 }
 
 // Add emits the ONNX Add op.
-func (b *Builder) Add(x, y string) string  { return b.Op("Add", []string{x, y}) }
+func (b *Builder) Add(x, y string) string { return b.Op("Add", []string{x, y}) }
+
 // Sub emits the ONNX Sub op.
-func (b *Builder) Sub(x, y string) string  { return b.Op("Sub", []string{x, y}) }
+func (b *Builder) Sub(x, y string) string { return b.Op("Sub", []string{x, y}) }
+
 // Mul emits the ONNX Mul op.
-func (b *Builder) Mul(x, y string) string  { return b.Op("Mul", []string{x, y}) }
+func (b *Builder) Mul(x, y string) string { return b.Op("Mul", []string{x, y}) }
+
 // Div emits the ONNX Div op.
-func (b *Builder) Div(x, y string) string  { return b.Op("Div", []string{x, y}) }
+func (b *Builder) Div(x, y string) string { return b.Op("Div", []string{x, y}) }
+
 // Pow emits the ONNX Pow op.
-func (b *Builder) Pow(x, y string) string  { return b.Op("Pow", []string{x, y}) }
+func (b *Builder) Pow(x, y string) string { return b.Op("Pow", []string{x, y}) }
+
 // Neg emits the ONNX Neg op.
-func (b *Builder) Neg(x string) string     { return b.Op("Neg", []string{x}) }
+func (b *Builder) Neg(x string) string { return b.Op("Neg", []string{x}) }
+
 // Exp emits the ONNX Exp op.
-func (b *Builder) Exp(x string) string     { return b.Op("Exp", []string{x}) }
+func (b *Builder) Exp(x string) string { return b.Op("Exp", []string{x}) }
+
 // Log emits the ONNX Log op.
-func (b *Builder) Log(x string) string     { return b.Op("Log", []string{x}) }
+func (b *Builder) Log(x string) string { return b.Op("Log", []string{x}) }
+
 // Sqrt emits the ONNX Sqrt op.
-func (b *Builder) Sqrt(x string) string    { return b.Op("Sqrt", []string{x}) }
+func (b *Builder) Sqrt(x string) string { return b.Op("Sqrt", []string{x}) }
+
 // Abs emits the ONNX Abs op.
-func (b *Builder) Abs(x string) string     { return b.Op("Abs", []string{x}) }
+func (b *Builder) Abs(x string) string { return b.Op("Abs", []string{x}) }
+
 // Sign emits the ONNX Sign op.
-func (b *Builder) Sign(x string) string    { return b.Op("Sign", []string{x}) }
+func (b *Builder) Sign(x string) string { return b.Op("Sign", []string{x}) }
+
 // Relu emits the ONNX Relu op.
-func (b *Builder) Relu(x string) string    { return b.Op("Relu", []string{x}) }
+func (b *Builder) Relu(x string) string { return b.Op("Relu", []string{x}) }
+
 // Sigmoid emits the ONNX Sigmoid op.
 func (b *Builder) Sigmoid(x string) string { return b.Op("Sigmoid", []string{x}) }
+
 // Tanh emits the ONNX Tanh op.
-func (b *Builder) Tanh(x string) string    { return b.Op("Tanh", []string{x}) }
+func (b *Builder) Tanh(x string) string { return b.Op("Tanh", []string{x}) }
+
 // Shape emits the ONNX Shape op.
-func (b *Builder) Shape(x string) string   { return b.Op("Shape", []string{x}) }
+func (b *Builder) Shape(x string) string { return b.Op("Shape", []string{x}) }
+
 // Greater emits the ONNX Greater op.
 func (b *Builder) Greater(x, y string) string {
 	return b.Op("Greater", []string{x, y})
 }
+
 // Equal emits the ONNX Equal op.
 func (b *Builder) Equal(x, y string) string { return b.Op("Equal", []string{x, y}) }
+
 // Where emits the ONNX Where op.
 func (b *Builder) Where(c, x, y string) string {
 	return b.Op("Where", []string{c, x, y})
 }
+
 // Min emits the ONNX Min op.
 func (b *Builder) Min(x, y string) string { return b.Op("Min", []string{x, y}) }
+
 // Max emits the ONNX Max op.
 func (b *Builder) Max(x, y string) string { return b.Op("Max", []string{x, y}) }
 
