@@ -1,0 +1,272 @@
+package artifacts
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/loss"
+	"github.com/ortrain/ortrain/training/optim"
+	"github.com/ortrain/ortrain/training/safetensors"
+)
+
+// Options are `ortrain artifacts build`'s flags.
+type Options struct {
+	Model string       // --model: the forward ONNX file
+	Graph *graph.Graph // instead of Model, a graph already in memory
+	Out   string       // --out: the artifact directory
+	// Overwrite lets Build replace the artifact files in a non-empty Out.
+	Overwrite bool
+	// Loss is --loss: mse, l1, cross_entropy, bce_with_logits or
+	// output:NAME; "" means output:loss when the model has a scalar output
+	// named loss.
+	Loss           string
+	LabelSmoothing float64 // --label-smoothing
+	// Trainable and Frozen are path.Match globs over initializer names:
+	// with Trainable given only matches train; Frozen always wins.
+	Trainable, Frozen []string
+	Optimizer         optim.Config // --optimizer, --lr ...; Kind "" is adamw
+}
+
+// Error is a build request ortrain rejects.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return "artifacts: " + e.Msg }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *Error) BadInput() bool { return true }
+
+// Build derives the three graphs, the initial weights and the manifest from
+// a forward model and writes them to opts.Out.
+func Build(opts Options) (*Manifest, error) {
+	if opts.Out == "" {
+		return nil, &Error{"no output directory"}
+	}
+	if ents, err := os.ReadDir(opts.Out); err == nil && len(ents) > 0 && !opts.Overwrite {
+		return nil, &Error{fmt.Sprintf("%s exists and is not empty; choose another --out or allow overwriting", opts.Out)}
+	}
+	g := opts.Graph
+	if g == nil {
+		if opts.Model == "" {
+			return nil, &Error{"no model given"}
+		}
+		var err error
+		if g, err = graph.Load(opts.Model); err != nil {
+			return nil, err
+		}
+	} else {
+		g = g.Clone()
+	}
+	g.Opset = max(g.Opset, graph.EmitOpset)
+	spec, err := lossSpec(g, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, bad := range []string{Reset, loss.Name, loss.Target} {
+		if _, taken := g.Infos[bad]; taken && !(bad == loss.Name && spec.Kind == loss.Output && spec.Output == loss.Name) {
+			return nil, &Error{fmt.Sprintf("the model already has a value named %q, which the artifacts reserve", bad)}
+		}
+	}
+	for _, globs := range [][]string{opts.Trainable, opts.Frozen} {
+		for _, gl := range globs {
+			if _, err := path.Match(gl, ""); err != nil {
+				return nil, &Error{fmt.Sprintf("bad glob %q: %v", gl, err)}
+			}
+		}
+	}
+
+	// Floating initializers of rank >= 1 are model state: BatchNorm running
+	// statistics are buffers, the rest parameters, trainable or frozen.
+	// All become graph inputs so one weights file feeds every graph.
+	buffers := map[string]bool{}
+	for _, n := range g.Nodes {
+		if n.Op == "BatchNormalization" {
+			buffers[n.Input(3)], buffers[n.Input(4)] = true, true
+		}
+	}
+	m := &Manifest{Format: "ortrain.artifacts", FormatVersion: FormatVersion, OrtrainVersion: Version, Opset: g.Opset,
+		Files: map[string]string{"training": TrainingFile, "eval": EvalFile, "optimizer": OptimizerFile, "weights": WeightsFile},
+		Reset: Reset, Loss: loss.Name, LossSpec: spec, Outputs: slices.Clone(g.Outputs),
+		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"}}
+	var weights []safetensors.Tensor
+	var params []optim.Param
+	var trainable []string
+	for _, name := range slices.Clone(g.InitOrder) {
+		t := g.Initializers[name]
+		info := g.Info(name)
+		if !info.Float() || info.Rank() < 1 {
+			continue
+		}
+		raw, err := graph.RawBytes(t)
+		if err != nil {
+			return nil, err
+		}
+		weights = append(weights, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: raw})
+		g.RemoveInitializer(name)
+		g.AddInput(name, info)
+		desc := describe(g, name)
+		switch {
+		case buffers[name]:
+			m.Buffers = append(m.Buffers, Pair{name, optim.Out(name)})
+		case matches(opts.Frozen, name) || len(opts.Trainable) > 0 && !matches(opts.Trainable, name):
+			m.Frozen = append(m.Frozen, desc)
+		default:
+			m.Params = append(m.Params, desc)
+			params = append(params, optim.Param{Name: name, Info: info})
+			trainable = append(trainable, name)
+		}
+	}
+	if len(params) == 0 {
+		return nil, &Error{"no trainable parameters: the model has no floating initializers, or --trainable/--frozen excluded them all"}
+	}
+	for _, in := range g.Inputs {
+		if !slices.ContainsFunc(weights, func(w safetensors.Tensor) bool { return w.Name == in }) {
+			m.Data = append(m.Data, describe(g, in))
+		}
+	}
+
+	train, err := trainingGraph(g, spec, trainable, m)
+	if err != nil {
+		return nil, err
+	}
+	eval, err := evalGraph(g, spec)
+	if err != nil {
+		return nil, err
+	}
+	cfg := opts.Optimizer
+	if cfg.Kind == "" {
+		cfg.Kind = optim.AdamW
+	}
+	opt, states, err := optim.Build(params, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.Optimizer = Optimizer{Config: cfg.Defaults(), LRInput: optim.LR, StepInput: optim.Step, GradScaleInput: optim.GradScale, ClipNormInput: optim.ClipNorm, GradNormOutput: optim.GradNorm}
+	for _, s := range states {
+		m.Optimizer.States = append(m.Optimizer.States, State{s.Name, s.Param, optim.Out(s.Name)})
+	}
+	for _, d := range m.Data {
+		if slices.Contains(d.Shape, -1) {
+			m.Notes = append(m.Notes, fmt.Sprintf("input %s has dimensions that are not fixed; every other size in the graphs is fixed as exported", d.Name))
+		}
+	}
+
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, err
+	}
+	for file, gr := range map[string]*graph.Graph{TrainingFile: train, EvalFile: eval, OptimizerFile: opt} {
+		if err := gr.Save(filepath.Join(opts.Out, file), graph.SaveOptions{ExternalThreshold: 1 << 30}); err != nil {
+			return nil, err
+		}
+	}
+	if err := safetensors.Write(filepath.Join(opts.Out, WeightsFile), weights, map[string]string{"producer": "ortrain " + Version}); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return m, os.WriteFile(filepath.Join(opts.Out, ManifestFile), append(b, '\n'), 0o644)
+}
+
+func lossSpec(g *graph.Graph, opts Options) (loss.Spec, error) {
+	if opts.Loss == "" {
+		if slices.Contains(g.Outputs, loss.Name) {
+			return loss.Spec{Kind: loss.Output, Output: loss.Name}, nil
+		}
+		return loss.Spec{}, &Error{"the model has no output named loss; choose one with --loss (mse, l1, cross_entropy, bce_with_logits, output:NAME)"}
+	}
+	spec, err := loss.Parse(opts.Loss)
+	spec.LabelSmoothing = opts.LabelSmoothing
+	return spec, err
+}
+
+func matches(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(g *graph.Graph, name string) Tensor {
+	info := g.Info(name)
+	return Tensor{Name: name, DType: info.DType.String(), Shape: info.Shape, Symbolic: g.Dims[name]}
+}
+
+// trainingGraph: forward in training mode, the loss, the gradients, and
+// acc.out = grad + (reset ? 0 : acc) per parameter.
+func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest) (*graph.Graph, error) {
+	g := fwd.Clone()
+	g.Name = "training"
+	targets, err := loss.Add(g, spec)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range targets {
+		m.Data = append(m.Data, describe(g, t))
+	}
+	ups, err := autodiff.TrainingBatchNorm(g, optim.Out)
+	if err != nil {
+		return nil, err
+	}
+	grads, err := autodiff.Gradients(g, loss.Name, trainable, "grad/")
+	if err != nil {
+		return nil, err
+	}
+	g.AddInput(Reset, graph.Info{DType: ort.Bool, Known: true, Shape: []int64{}})
+	b := graph.NewBuilder(g, "acc/")
+	outs := []string{loss.Name}
+	for _, p := range trainable {
+		acc := optim.GradName(p)
+		g.AddInput(acc, g.Info(p))
+		b.OpInto(optim.Out(acc), "Where", []string{Reset, grads[p], b.Add(grads[p], acc)})
+		m.Gradients = append(m.Gradients, Gradient{Param: p, Acc: acc, Out: optim.Out(acc)})
+		outs = append(outs, optim.Out(acc))
+	}
+	for _, u := range ups {
+		outs = append(outs, u.Out)
+	}
+	g.Outputs = outs
+	for _, o := range fwd.Outputs {
+		if !slices.Contains(g.Outputs, o) {
+			g.Outputs = append(g.Outputs, o)
+		}
+	}
+	if b.Err != nil {
+		return nil, b.Err
+	}
+	g.Prune()
+	return g, g.Sort()
+}
+
+// evalGraph: forward with BatchNorm reading its running statistics, and the
+// loss; no gradients.
+func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
+	g := fwd.Clone()
+	g.Name = "eval"
+	for _, n := range g.Nodes {
+		if n.Op == "BatchNormalization" {
+			n.DelAttr("training_mode")
+			n.Outputs = n.Outputs[:1]
+		}
+	}
+	if _, err := loss.Add(g, spec); err != nil {
+		return nil, err
+	}
+	g.Outputs = []string{loss.Name}
+	for _, o := range fwd.Outputs {
+		if o != loss.Name {
+			g.Outputs = append(g.Outputs, o)
+		}
+	}
+	g.Prune()
+	return g, g.Sort()
+}

@@ -1,0 +1,43 @@
+package artifacts_test
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/artifacts"
+)
+
+// TestInspect: the report counts the MLP's 16*4+16+16*3+3 = 131 trained
+// values, lists the graphs' interfaces, and finds a CPU kernel for every op
+// (the artifacts use stock ONNX Runtime kernels only).
+func TestInspect(t *testing.T) {
+	orttest.Init(t)
+	dir := filepath.Join(t.TempDir(), "a")
+	if _, err := artifacts.Build(artifacts.Options{Graph: mlp(rand.New(rand.NewPCG(5, 5))), Out: dir, Loss: "mse", Frozen: []string{"fc2.bias"}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := artifacts.Inspect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ParamCount != 128 || len(rep.Manifest.Frozen) != 1 {
+		t.Errorf("param count %d, frozen %d; want 128 (131 less the frozen fc2.bias) and 1", rep.ParamCount, len(rep.Manifest.Frozen))
+	}
+	for _, g := range rep.Graphs {
+		if g.CPU != "ok" {
+			t.Errorf("%s on CPU: %s", g.File, g.CPU)
+		}
+	}
+	s := rep.String()
+	for _, want := range []string{"training.onnx", "grad.fc1.weight", "reset: bool[]", "Gemm", "grad_norm"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "grad.fc2.bias") {
+		t.Error("frozen fc2.bias has a gradient accumulator")
+	}
+}

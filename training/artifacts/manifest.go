@@ -1,0 +1,142 @@
+// Package artifacts builds and inspects ortrain's artifact set: the
+// training, eval and optimizer graphs derived from a forward model, its
+// initial weights as safetensors, and manifest.json tying their inputs and
+// outputs together. SPEC.md in this folder is the format's specification.
+package artifacts
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/loss"
+	"github.com/ortrain/ortrain/training/optim"
+)
+
+// Version is the ortrain version recorded in manifests.
+const Version = "0.1.0"
+
+// FormatVersion is the version of the artifact format SPEC.md describes.
+const FormatVersion = 1
+
+// File names inside an artifact directory.
+const (
+	TrainingFile  = "training.onnx"
+	EvalFile      = "eval.onnx"
+	OptimizerFile = "optimizer.onnx"
+	WeightsFile   = "weights.safetensors"
+	ManifestFile  = "manifest.json"
+)
+
+// Reset is the training graph's rank-0 bool input: true makes the step's
+// gradient replace the accumulators instead of adding to them.
+const Reset = "reset"
+
+// Tensor describes a graph input or state tensor: element type name as
+// ort.DType writes it, dimensions with -1 where not fixed, and the symbolic
+// names of those dimensions ("" where none).
+type Tensor struct {
+	Name     string   `json:"name"`
+	DType    string   `json:"dtype"`
+	Shape    []int64  `json:"shape"`
+	Symbolic []string `json:"symbolic,omitempty"`
+}
+
+// Pair is an input whose new value a graph returns in output Out.
+type Pair struct {
+	Name string `json:"name"`
+	Out  string `json:"out"`
+}
+
+// Gradient ties a parameter to its accumulator: the training graph's input
+// Acc and output Out, which the optimizer graph reads as input Acc.
+type Gradient struct {
+	Param string `json:"param"`
+	Acc   string `json:"acc"`
+	Out   string `json:"out"`
+}
+
+// Optimizer records the optimizer graph's settings and interface.
+type Optimizer struct {
+	optim.Config
+	LRInput        string  `json:"lr_input"`
+	StepInput      string  `json:"step_input"`
+	GradScaleInput string  `json:"grad_scale_input"`
+	ClipNormInput  string  `json:"clip_norm_input"`
+	GradNormOutput string  `json:"grad_norm_output"`
+	States         []State `json:"states"`
+}
+
+// State is an optimizer state tensor, zeros of its parameter's shape at the
+// start, updated through output Out.
+type State struct {
+	Name  string `json:"name"`
+	Param string `json:"param"`
+	Out   string `json:"out"`
+}
+
+// Precision leaves room for mixed precision: the compute type of the
+// graphs and the type of the master weights the optimizer updates. Only
+// float32/float32 is built today.
+type Precision struct {
+	Compute string `json:"compute"`
+	Master  string `json:"master"`
+}
+
+// Parallel leaves room for data parallelism: how gradient accumulators are
+// reduced across devices between the training and optimizer graphs. Only
+// "none" is built today; an all-reduce would act on the Gradients' Out
+// tensors before the optimizer runs.
+type Parallel struct {
+	GradientReduce string `json:"gradient_reduce"`
+}
+
+// Manifest is manifest.json.
+type Manifest struct {
+	Format         string            `json:"format"`
+	FormatVersion  int               `json:"format_version"`
+	OrtrainVersion string            `json:"ortrain_version"`
+	Opset          int64             `json:"opset"`
+	Files          map[string]string `json:"files"`
+	Data           []Tensor          `json:"data"`      // batch inputs, targets included
+	Params         []Tensor          `json:"params"`    // trained
+	Frozen         []Tensor          `json:"frozen"`    // read, never updated
+	Buffers        []Pair            `json:"buffers"`   // updated by the training graph (BatchNorm statistics)
+	Gradients      []Gradient        `json:"gradients"` // one per param, same order
+	Reset          string            `json:"reset"`
+	Loss           string            `json:"loss"`
+	LossSpec       loss.Spec         `json:"loss_spec"`
+	Outputs        []string          `json:"outputs"` // model outputs, in training and eval graphs
+	Optimizer      Optimizer         `json:"optimizer"`
+	Precision      Precision         `json:"precision"`
+	Parallel       Parallel          `json:"parallel"`
+	// Notes records assumptions the graphs bake in (fixed sizes...).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ParamCount is the number of trained scalars.
+func (m *Manifest) ParamCount() int64 {
+	var n int64
+	for _, p := range m.Params {
+		n += ort.Numel(p.Shape)
+	}
+	return n
+}
+
+// Load reads dir/manifest.json.
+func Load(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifest{}
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("artifacts: %s: %w", ManifestFile, err)
+	}
+	if m.Format != "ortrain.artifacts" || m.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("artifacts: %s is format %q version %d; this ortrain reads ortrain.artifacts version %d", dir, m.Format, m.FormatVersion, FormatVersion)
+	}
+	return m, nil
+}

@@ -1,0 +1,215 @@
+// Package autodiff derives the backward pass of an ONNX graph: reverse-mode
+// differentiation of a scalar loss with respect to chosen values (usually
+// the parameters), emitted as ordinary ONNX nodes that stock ONNX Runtime
+// runs. There is one gradient rule per op type, in rules.go, written with
+// graph.Builder; broadcasting is undone by the builder's ReduceSumTo, never
+// inside a rule.
+//
+// Gradients flow only along floating values produced by differentiable ops:
+// Shape, comparisons, ArgMax, integer casts and the like cut the path, and
+// nodes that do not lie between a wanted value and the loss get no backward
+// nodes at all.
+package autodiff
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// Rule emits the gradients of a node's inputs given the gradients of its
+// outputs. dy[i] is "" where output i gets no gradient; need[i] says
+// whether input i wants one. It returns one entry per input ("" for none).
+type Rule func(b *graph.Builder, n *graph.Node, dy []string, need []bool) []string
+
+// nonDiff are ops whose outputs are constant with respect to their inputs
+// (or piecewise so, with zero gradient almost everywhere).
+var nonDiff = map[string]bool{
+	"Shape": true, "Size": true, "Equal": true, "Greater": true, "Less": true, "GreaterOrEqual": true,
+	"LessOrEqual": true, "Not": true, "And": true, "Or": true, "Xor": true, "ArgMax": true, "ArgMin": true,
+	"Sign": true, "Floor": true, "Ceil": true, "Round": true, "ConstantOfShape": true, "Range": true,
+	"NonZero": true, "OneHot": true, "EyeLike": true, "RandomNormal": true, "RandomUniform": true,
+	"RandomNormalLike": true, "RandomUniformLike": true, "Constant": true, "IsNaN": true, "IsInf": true,
+}
+
+// NoRuleError is an op on the path from a trained value to the loss that
+// ortrain cannot differentiate.
+type NoRuleError struct {
+	Op, Node string
+	Params   []string // trained values upstream of the node, for the hint
+}
+
+func (e *NoRuleError) Error() string {
+	hint := ""
+	if len(e.Params) > 0 {
+		ps := e.Params
+		if len(ps) > 4 {
+			ps = append(slices.Clone(ps[:4]), "...")
+		}
+		hint = " (it depends on " + strings.Join(ps, ", ") + ")"
+	}
+	return fmt.Sprintf("autodiff: no gradient rule for op %s at node %q%s: freeze the parameters that feed it with --frozen GLOB, or cut the gradient in the model before export (e.g. .detach())", e.Op, e.Node, hint)
+}
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *NoRuleError) BadInput() bool { return true }
+
+// LossError is a loss that is not a floating scalar.
+type LossError struct {
+	Name string
+	Info graph.Info
+}
+
+func (e *LossError) Error() string {
+	return fmt.Sprintf("autodiff: the loss %q must be a floating scalar (one element), it is %v; reduce it (e.g. ReduceMean) or pick another output", e.Name, e.Info)
+}
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *LossError) BadInput() bool { return true }
+
+// Has reports whether op has a gradient rule.
+func Has(op string) bool {
+	_, ok := rules[op]
+	return ok
+}
+
+// Ops lists the op types with a gradient rule.
+func Ops() []string {
+	var ops []string
+	for op := range rules {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	return ops
+}
+
+// Gradients appends to g the nodes computing d loss / d w for each w in wrt
+// and returns the gradient's value name per w; a w the loss does not depend
+// on gets zeros. New values are named under prefix.
+func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[string]string, error) {
+	li := g.Info(loss)
+	if !li.Known || !li.Float() || numel(li.Shape) != 1 {
+		return nil, &LossError{loss, li}
+	}
+	// Forward: which values depend on a wanted value (through floats).
+	active := map[string]bool{}
+	origin := map[string][]string{} // the wanted values each active value depends on
+	for _, w := range wrt {
+		if g.Info(w).Float() {
+			active[w] = true
+			origin[w] = []string{w}
+		}
+	}
+	for _, n := range g.Nodes {
+		if nonDiff[n.Op] || n.Domain != "" && n.Domain != "com.microsoft" {
+			continue
+		}
+		var from []string
+		for _, in := range n.Inputs {
+			if active[in] {
+				from = append(from, origin[in]...)
+			}
+		}
+		if from == nil {
+			continue
+		}
+		slices.Sort(from)
+		from = slices.Compact(from)
+		for _, o := range n.Outputs {
+			if o != "" && g.Info(o).Float() {
+				active[o] = true
+				origin[o] = from
+			}
+		}
+	}
+	// Backward: which values the loss depends on.
+	reach := map[string]bool{loss: true}
+	var path []*graph.Node
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		n := g.Nodes[i]
+		hit := false
+		for _, o := range n.Outputs {
+			if reach[o] && active[o] {
+				hit = true
+			}
+		}
+		if !hit {
+			continue
+		}
+		path = append(path, n)
+		for _, in := range n.Inputs {
+			if active[in] {
+				reach[in] = true
+			}
+		}
+	}
+	for _, n := range path {
+		if _, ok := rules[n.Op]; !ok {
+			var ps []string
+			for _, in := range n.Inputs {
+				ps = append(ps, origin[in]...)
+			}
+			slices.Sort(ps)
+			return nil, &NoRuleError{Op: n.Op, Node: n.Name, Params: slices.Compact(ps)}
+		}
+	}
+
+	b := graph.NewBuilder(g, prefix)
+	grads := map[string][]string{}
+	if active[loss] {
+		one, err := graph.Floats("", li.DType, li.Shape, []float64{1})
+		if err != nil {
+			return nil, err
+		}
+		grads[loss] = []string{b.Const(one)}
+	}
+	total := func(v string) string {
+		gs := grads[v]
+		if len(gs) == 0 {
+			return ""
+		}
+		s := b.Sum(gs...)
+		grads[v] = []string{s} // fan-out summed once
+		return s
+	}
+	for _, n := range path { // reverse topological order
+		dy := make([]string, len(n.Outputs))
+		for i, o := range n.Outputs {
+			if active[o] {
+				dy[i] = total(o)
+			}
+		}
+		need := make([]bool, len(n.Inputs))
+		for i, in := range n.Inputs {
+			need[i] = in != "" && active[in] && reach[in]
+		}
+		dx := rules[n.Op](b, n, dy, need)
+		if b.Err != nil {
+			return nil, fmt.Errorf("autodiff: gradient of %s: %w", n.Describe(), b.Err)
+		}
+		for i, d := range dx {
+			if i < len(need) && need[i] && d != "" {
+				grads[n.Inputs[i]] = append(grads[n.Inputs[i]], d)
+			}
+		}
+	}
+	out := map[string]string{}
+	for _, w := range wrt {
+		if d := total(w); d != "" {
+			out[w] = d
+		} else {
+			out[w] = b.ZerosLike(w)
+		}
+	}
+	return out, b.Err
+}
+
+func numel(s []int64) int64 {
+	p := int64(1)
+	for _, d := range s {
+		p *= d
+	}
+	return p
+}

@@ -1,0 +1,181 @@
+package graph
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/onnxpb"
+)
+
+// Raw builds a tensor from little-endian raw bytes.
+func Raw(name string, dtype ort.DType, dims []int64, raw []byte) *onnxpb.TensorProto {
+	return &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(dtype)), Dims: dims, RawData: raw}
+}
+
+// Float32s builds a float32 tensor; nil dims is a scalar.
+func Float32s(name string, dims []int64, v []float32) *onnxpb.TensorProto {
+	raw := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
+	}
+	return Raw(name, ort.Float32, dims, raw)
+}
+
+// Float64s builds a float64 tensor; nil dims is a scalar.
+func Float64s(name string, dims []int64, v []float64) *onnxpb.TensorProto {
+	raw := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(raw[8*i:], math.Float64bits(x))
+	}
+	return Raw(name, ort.Float64, dims, raw)
+}
+
+// Int64s builds an int64 tensor; nil dims is a scalar.
+func Int64s(name string, dims []int64, v []int64) *onnxpb.TensorProto {
+	raw := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(raw[8*i:], uint64(x))
+	}
+	return Raw(name, ort.Int64, dims, raw)
+}
+
+// Floats builds a tensor of the given floating type from float64 values,
+// rounding to float16 or bfloat16 where asked.
+func Floats(name string, dtype ort.DType, dims []int64, v []float64) (*onnxpb.TensorProto, error) {
+	switch dtype {
+	case ort.Float32:
+		f := make([]float32, len(v))
+		for i, x := range v {
+			f[i] = float32(x)
+		}
+		return Float32s(name, dims, f), nil
+	case ort.Float64:
+		return Float64s(name, dims, v), nil
+	case ort.Float16, ort.BFloat16:
+		raw := make([]byte, 2*len(v))
+		for i, x := range v {
+			var h uint16
+			if dtype == ort.Float16 {
+				h = uint16(ort.ToFloat16(float32(x)))
+			} else {
+				h = uint16(ort.ToBFloat16(float32(x)))
+			}
+			binary.LittleEndian.PutUint16(raw[2*i:], h)
+		}
+		return Raw(name, dtype, dims, raw), nil
+	}
+	return nil, fmt.Errorf("graph: no floating constant of type %v", dtype)
+}
+
+// Numel returns the element count of a tensor.
+func Numel(t *onnxpb.TensorProto) int64 {
+	return ort.Numel(t.GetDims())
+}
+
+// RawBytes returns a tensor's data as little-endian bytes, whichever field
+// holds it; external data must have been loaded first.
+func RawBytes(t *onnxpb.TensorProto) ([]byte, error) {
+	if t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL {
+		return nil, fmt.Errorf("graph: tensor %q still refers to external data", t.GetName())
+	}
+	if t.RawData != nil {
+		return t.RawData, nil
+	}
+	dt := ort.DType(t.GetDataType())
+	n := Numel(t)
+	size := dt.Size()
+	if size == 0 {
+		return nil, fmt.Errorf("graph: tensor %q has unsupported type %d", t.GetName(), t.GetDataType())
+	}
+	raw := make([]byte, int(n)*size)
+	switch dt {
+	case ort.Float32:
+		for i, x := range t.GetFloatData() {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
+		}
+	case ort.Float64:
+		for i, x := range t.GetDoubleData() {
+			binary.LittleEndian.PutUint64(raw[8*i:], math.Float64bits(x))
+		}
+	case ort.Int64:
+		for i, x := range t.GetInt64Data() {
+			binary.LittleEndian.PutUint64(raw[8*i:], uint64(x))
+		}
+	case ort.Int32, ort.Int8, ort.Uint8, ort.Bool, ort.Float16, ort.BFloat16:
+		// ONNX stores these widened to int32 in int32_data.
+		for i, x := range t.GetInt32Data() {
+			switch size {
+			case 4:
+				binary.LittleEndian.PutUint32(raw[4*i:], uint32(x))
+			case 2:
+				binary.LittleEndian.PutUint16(raw[2*i:], uint16(x))
+			case 1:
+				raw[i] = byte(x)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("graph: tensor %q has unsupported type %v", t.GetName(), dt)
+	}
+	return raw, nil
+}
+
+// IntData decodes an int64 or int32 tensor.
+func IntData(t *onnxpb.TensorProto) ([]int64, error) {
+	raw, err := RawBytes(t)
+	if err != nil {
+		return nil, err
+	}
+	switch ort.DType(t.GetDataType()) {
+	case ort.Int64:
+		v := make([]int64, len(raw)/8)
+		for i := range v {
+			v[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
+		}
+		return v, nil
+	case ort.Int32:
+		v := make([]int64, len(raw)/4)
+		for i := range v {
+			v[i] = int64(int32(binary.LittleEndian.Uint32(raw[4*i:])))
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("graph: tensor %q is not an integer tensor", t.GetName())
+}
+
+// FloatData decodes a floating tensor to float64.
+func FloatData(t *onnxpb.TensorProto) ([]float64, error) {
+	raw, err := RawBytes(t)
+	if err != nil {
+		return nil, err
+	}
+	switch ort.DType(t.GetDataType()) {
+	case ort.Float32:
+		v := make([]float64, len(raw)/4)
+		for i := range v {
+			v[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+		}
+		return v, nil
+	case ort.Float64:
+		v := make([]float64, len(raw)/8)
+		for i := range v {
+			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+		}
+		return v, nil
+	case ort.Float16, ort.BFloat16:
+		v := make([]float64, len(raw)/2)
+		for i := range v {
+			h := binary.LittleEndian.Uint16(raw[2*i:])
+			if ort.DType(t.GetDataType()) == ort.Float16 {
+				v[i] = float64(ort.Float16Bits(h).Float32())
+			} else {
+				v[i] = float64(ort.BFloat16Bits(h).Float32())
+			}
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("graph: tensor %q is not a floating tensor", t.GetName())
+}

@@ -1,0 +1,148 @@
+// Package loss appends a training loss to a model graph that was exported
+// without one: MSE, L1, cross-entropy over class indices with label
+// smoothing, BCE with logits, or a scalar output of the model itself.
+// Losses are built from ordinary ops so that autodiff differentiates them
+// with the same rules as the model.
+package loss
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// The loss kinds.
+const (
+	MSE           = "mse"
+	L1            = "l1"
+	CrossEntropy  = "cross_entropy"
+	BCEWithLogits = "bce_with_logits"
+	Output        = "output" // a scalar output of the model is the loss
+)
+
+// Name is the value every loss is written to.
+const Name = "loss"
+
+// Target is the input the loss compares the prediction with: class indices
+// (int64, the logits' shape without the class axis) for cross-entropy, a
+// tensor shaped like the prediction otherwise.
+const Target = "target"
+
+// Spec says which loss to add.
+type Spec struct {
+	Kind string
+	// Output is the model output the loss reads (the prediction), or the
+	// scalar output that is the loss for Kind Output; "" is the first output.
+	Output string
+	// LabelSmoothing mixes the one-hot targets of cross-entropy with the
+	// uniform distribution: (1-s)·onehot + s/C, as PyTorch does.
+	LabelSmoothing float64
+}
+
+// Error is a loss specification ortrain cannot apply.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return "loss: " + e.Msg }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *Error) BadInput() bool { return true }
+
+// Parse reads the --loss flag: mse, l1, cross_entropy, bce_with_logits or
+// output:NAME.
+func Parse(s string) (Spec, error) {
+	if name, ok := strings.CutPrefix(s, "output:"); ok && name != "" {
+		return Spec{Kind: Output, Output: name}, nil
+	}
+	switch s {
+	case MSE, L1, CrossEntropy, BCEWithLogits:
+		return Spec{Kind: s}, nil
+	}
+	return Spec{}, &Error{fmt.Sprintf("unknown loss %q: want mse, l1, cross_entropy, bce_with_logits or output:NAME", s)}
+}
+
+// Add appends the loss to g, naming it Name, and returns the target inputs
+// it added (none for Kind Output). g.Outputs is left alone.
+func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
+	pred := spec.Output
+	if pred == "" {
+		if len(g.Outputs) == 0 {
+			return nil, &Error{"the model has no outputs"}
+		}
+		pred = g.Outputs[0]
+	}
+	if _, ok := g.Infos[pred]; !ok {
+		return nil, &Error{fmt.Sprintf("the model has no value %q (outputs: %s)", pred, strings.Join(g.Outputs, ", "))}
+	}
+	pi := g.Info(pred)
+	b := graph.NewBuilder(g, "loss/")
+	if spec.Kind == Output {
+		if !pi.Known || !pi.Float() || ort.Numel(pi.Shape) != 1 || pi.Rank() < 0 {
+			return nil, &autodiff.LossError{Name: pred, Info: pi}
+		}
+		if pred == Name && pi.Rank() == 0 {
+			return nil, nil // the model's own output is already the loss
+		}
+		if pi.Rank() > 0 {
+			pred = b.Reshape(pred, b.Ints())
+		}
+		b.OpInto(Name, "Identity", []string{pred})
+		return nil, b.Err
+	}
+	if !pi.Float() || !pi.Known {
+		return nil, &Error{fmt.Sprintf("prediction %q must be a floating tensor of known rank, it is %v", pred, pi)}
+	}
+	dt := pi.DType
+	var l string
+	switch spec.Kind {
+	case MSE, L1, BCEWithLogits:
+		g.AddInput(Target, pi)
+		g.Dims[Target] = g.Dims[pred]
+		d := b.Sub(pred, Target)
+		switch spec.Kind {
+		case MSE:
+			l = b.ReduceMean(b.Mul(d, d), false)
+		case L1:
+			l = b.ReduceMean(b.Abs(d), false)
+		default:
+			// max(x,0) - x·t + log(1 + exp(-|x|)): never overflows.
+			soft := b.Log(b.Add(b.Scalar(dt, 1), b.Exp(b.Neg(b.Abs(pred)))))
+			l = b.ReduceMean(b.Add(b.Sub(b.Relu(pred), b.Mul(pred, Target)), soft), false)
+		}
+	case CrossEntropy:
+		if pi.Rank() < 2 || pi.Shape[1] < 1 {
+			return nil, &Error{fmt.Sprintf("cross_entropy needs logits [batch, classes, ...] with a static class count, %q is %v", pred, pi)}
+		}
+		c := pi.Shape[1]
+		lshape := append([]int64{pi.Shape[0]}, pi.Shape[2:]...)
+		g.AddInput(Target, graph.Info{DType: ort.Int64, Known: true, Shape: lshape})
+		if d := g.Dims[pred]; len(d) > 0 {
+			g.Dims[Target] = append([]string{d[0]}, d[min(2, len(d)):]...)
+		}
+		classes := make([]int64, c)
+		for i := range classes {
+			classes[i] = int64(i)
+		}
+		cshape := []int64{1, c}
+		for range pi.Shape[2:] {
+			cshape = append(cshape, 1)
+		}
+		onehot := b.Cast(b.Equal(b.Unsqueeze(Target, 1), b.Const(graph.Int64s("", cshape, classes))), dt)
+		s := spec.LabelSmoothing
+		if s < 0 || s >= 1 {
+			return nil, &Error{fmt.Sprintf("label smoothing %g must be in [0, 1)", s)}
+		}
+		tgt := onehot
+		if s > 0 {
+			tgt = b.Add(b.Mul(onehot, b.Scalar(dt, 1-s)), b.Scalar(dt, s/float64(c)))
+		}
+		logp := b.Op("LogSoftmax", []string{pred}, graph.AInt("axis", 1))
+		l = b.Neg(b.ReduceMean(b.ReduceSum(b.Mul(tgt, logp), false, 1), false))
+	default:
+		return nil, &Error{fmt.Sprintf("unknown loss kind %q", spec.Kind)}
+	}
+	b.OpInto(Name, "Identity", []string{l})
+	return []string{Target}, b.Err
+}

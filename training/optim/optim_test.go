@@ -1,0 +1,156 @@
+package optim_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/optim"
+)
+
+// reference is the optimizer written out in Go, the way PyTorch's AdamW and
+// SGD document their updates, for two parameters over several steps.
+func reference(c optim.Config, p, g [][]float64, decays []bool, lr, scale, clip float64, steps int) ([][]float64, []float64) {
+	c = c.Defaults()
+	m := make([][]float64, len(p))
+	v := make([][]float64, len(p))
+	for i := range p {
+		m[i] = make([]float64, len(p[i]))
+		v[i] = make([]float64, len(p[i]))
+	}
+	var norms []float64
+	for t := 1; t <= steps; t++ {
+		sq := 0.0
+		for i := range g {
+			for _, x := range g[i] {
+				sq += x * scale * x * scale
+			}
+		}
+		norm := math.Sqrt(sq)
+		norms = append(norms, norm)
+		f := scale
+		if clip > 0 {
+			f *= math.Min(1, clip/(norm+1e-6))
+		}
+		for i := range p {
+			wd := 0.0
+			if decays[i] {
+				wd = c.WeightDecay
+			}
+			for k := range p[i] {
+				gr := g[i][k] * f
+				switch c.Kind {
+				case optim.AdamW:
+					m[i][k] = c.Beta1*m[i][k] + (1-c.Beta1)*gr
+					v[i][k] = c.Beta2*v[i][k] + (1-c.Beta2)*gr*gr
+					mh := m[i][k] / (1 - math.Pow(c.Beta1, float64(t)))
+					vh := v[i][k] / (1 - math.Pow(c.Beta2, float64(t)))
+					p[i][k] = p[i][k]*(1-lr*wd) - lr*mh/(math.Sqrt(vh)+c.Eps)
+				case optim.SGD:
+					d := gr + wd*p[i][k]
+					m[i][k] = c.Momentum*m[i][k] + d
+					if c.Nesterov {
+						d += c.Momentum * m[i][k]
+					} else {
+						d = m[i][k]
+					}
+					p[i][k] -= lr * d
+				}
+			}
+		}
+	}
+	return p, norms
+}
+
+// TestOptimizerMatchesReference runs three steps of each optimizer graph on
+// ONNX Runtime, feeding its outputs back, and compares parameters and the
+// gradient norm with the Go reference (relative 1e-5: float32 rounding).
+func TestOptimizerMatchesReference(t *testing.T) {
+	cases := []struct {
+		name        string
+		cfg         optim.Config
+		scale, clip float64
+	}{
+		{"adamw", optim.Config{Kind: optim.AdamW, WeightDecay: 0.1}, 1, 0},
+		{"adamw clipped and scaled", optim.Config{Kind: optim.AdamW}, 0.5, 0.3},
+		{"sgd momentum", optim.Config{Kind: optim.SGD, WeightDecay: 0.01}, 1, 0},
+		{"sgd nesterov clipped", optim.Config{Kind: optim.SGD, Nesterov: true, WeightDecay: 0.01}, 1, 0.5},
+	}
+	orttest.Init(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			params := []optim.Param{
+				{Name: "w", Info: graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2, 2}}},
+				{Name: "b", Info: graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2}}},
+			}
+			g, states, err := optim.Build(params, c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := g.Marshal()
+			s, err := ort.NewSessionFromBytes(m, ort.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			p := [][]float64{{0.5, -1, 2, 0.1}, {0.3, -0.2}}
+			gr := [][]float64{{0.4, -0.3, 1.2, 0.05}, {-0.7, 0.2}}
+			want, norms := reference(c.cfg, [][]float64{append([]float64{}, p[0]...), append([]float64{}, p[1]...)}, gr, []bool{true, false}, 0.05, c.scale, c.clip, 3)
+
+			vals := map[string][]float32{}
+			f32 := func(v []float64) []float32 {
+				out := make([]float32, len(v))
+				for i, x := range v {
+					out[i] = float32(x)
+				}
+				return out
+			}
+			vals["w"], vals["b"] = f32(p[0]), f32(p[1])
+			vals[optim.GradName("w")], vals[optim.GradName("b")] = f32(gr[0]), f32(gr[1])
+			shape := map[string][]int64{"w": {2, 2}, "b": {2}}
+			for _, st := range states {
+				vals[st.Name] = make([]float32, len(vals[st.Param]))
+				shape[st.Name] = shape[st.Param]
+			}
+			shape[optim.GradName("w")], shape[optim.GradName("b")] = shape["w"], shape["b"]
+			for step := 1; step <= 3; step++ {
+				feed := map[string]*ort.Value{}
+				for k, v := range vals {
+					feed[k], _ = ort.NewTensor(shape[k], v)
+				}
+				feed[optim.LR], _ = ort.NewScalar[float32](0.05)
+				feed[optim.Step], _ = ort.NewScalar(float32(step))
+				feed[optim.GradScale], _ = ort.NewScalar(float32(c.scale))
+				feed[optim.ClipNorm], _ = ort.NewScalar(float32(c.clip))
+				outs, err := s.Run(feed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, name := range g.Outputs {
+					d := append([]float32{}, ort.Data[float32](outs[i])...)
+					switch name {
+					case optim.GradNorm:
+						if math.Abs(float64(d[0])-norms[step-1]) > 1e-5*norms[step-1] {
+							t.Errorf("step %d grad_norm %g, want %g", step, d[0], norms[step-1])
+						}
+					default:
+						vals[name[:len(name)-len(".out")]] = d
+					}
+					outs[i].Close()
+				}
+				for _, v := range feed {
+					v.Close()
+				}
+			}
+			for i, name := range []string{"w", "b"} {
+				for k, x := range vals[name] {
+					if math.Abs(float64(x)-want[i][k]) > 1e-5*(1+math.Abs(want[i][k])) {
+						t.Errorf("%s[%d] = %g after 3 steps, want %g", name, k, x, want[i][k])
+					}
+				}
+			}
+		})
+	}
+}
