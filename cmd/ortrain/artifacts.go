@@ -1,12 +1,98 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/optim"
+)
 
 func artifactsCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "artifacts",
-		Usage:     "not built yet: training artifacts, issue 3",
-		UsageText: "ortrain artifacts build|inspect",
-		Action:    notBuilt("artifacts", "training artifacts, issue 3"),
+		Name:  "artifacts",
+		Usage: "build training artifacts from a forward ONNX model, or inspect them",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "build",
+				Usage:     "derive the training, eval and optimizer graphs and the initial weights",
+				UsageText: "ortrain artifacts build --model fwd.onnx --out DIR [options]",
+				Description: `Reads a forward model (torch.onnx.export output, or a recipe's), adds the
+loss, differentiates it with respect to the trainable initializers and writes
+training.onnx, eval.onnx, optimizer.onnx, weights.safetensors and
+manifest.json (spec: training/artifacts/SPEC.md). Only stock ONNX Runtime ops.
+
+Examples:
+   ortrain artifacts build --model resnet18.onnx --loss cross_entropy --label-smoothing 0.1 \
+       --optimizer sgd --lr 0.5 --momentum 0.9 --nesterov --weight-decay 5e-5 --out artifacts/resnet18
+   ortrain artifacts build --model vqgan.onnx --loss output:loss --frozen 'encoder.*' --out artifacts/vq`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "model", Required: true, Usage: "forward ONNX model"},
+					&cli.StringFlag{Name: "out", Required: true, Usage: "artifact directory to write"},
+					&cli.BoolFlag{Name: "overwrite", Usage: "replace the artifact files in a non-empty --out"},
+					&cli.StringFlag{Name: "loss", Usage: "mse, l1, cross_entropy, bce_with_logits or output:NAME (default: the model's scalar output named loss)"},
+					&cli.Float64Flag{Name: "label-smoothing", Usage: "for cross_entropy"},
+					&cli.StringSliceFlag{Name: "trainable", Usage: "glob over initializer names: only these train (repeatable)"},
+					&cli.StringSliceFlag{Name: "frozen", Usage: "glob over initializer names that never train; wins over --trainable (repeatable)"},
+					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
+					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)"},
+					&cli.Float64Flag{Name: "weight-decay", Usage: "decoupled (adamw) or L2 (sgd) weight decay"},
+					&cli.Float64Flag{Name: "beta1", Usage: "adamw"},
+					&cli.Float64Flag{Name: "beta2", Usage: "adamw"},
+					&cli.Float64Flag{Name: "eps", Usage: "adamw"},
+					&cli.Float64Flag{Name: "momentum", Usage: "sgd"},
+					&cli.BoolFlag{Name: "nesterov", Usage: "sgd"},
+				},
+				Action: artifactsBuild,
+			},
+			{
+				Name:      "inspect",
+				Usage:     "parameter count, graph inputs and outputs, ops, and ops without a kernel",
+				UsageText: "ortrain artifacts inspect DIR",
+				Action:    artifactsInspect,
+			},
+		},
 	}
+}
+
+func artifactsBuild(c *cli.Context) error {
+	if err := loadORT(c, ""); err != nil {
+		return err
+	}
+	m, err := artifacts.Build(artifacts.Options{
+		Model:          c.String("model"),
+		Out:            c.String("out"),
+		Overwrite:      c.Bool("overwrite"),
+		Loss:           c.String("loss"),
+		LabelSmoothing: c.Float64("label-smoothing"),
+		Trainable:      c.StringSlice("trainable"),
+		Frozen:         c.StringSlice("frozen"),
+		Optimizer: optim.Config{
+			Kind: c.String("optimizer"), LR: c.Float64("lr"), WeightDecay: c.Float64("weight-decay"),
+			Beta1: c.Float64("beta1"), Beta2: c.Float64("beta2"), Eps: c.Float64("eps"),
+			Momentum: c.Float64("momentum"), Nesterov: c.Bool("nesterov"),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "wrote %s: %d parameters in %d tensors, loss %s, optimizer %s\n",
+		c.String("out"), m.ParamCount(), len(m.Params), m.LossSpec.Kind, m.Optimizer.Kind)
+	return nil
+}
+
+func artifactsInspect(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usageError{fmt.Errorf("artifacts inspect takes one artifact directory, got %d arguments", c.NArg())}
+	}
+	if err := loadORT(c, ""); err != nil {
+		return err
+	}
+	r, err := artifacts.Inspect(c.Args().First())
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(c.App.Writer, r.String())
+	return nil
 }
