@@ -14,32 +14,24 @@ import (
 	"gonum.org/v1/plot/palette/moreland"
 )
 
-// View names a plane through a volume by the axis held fixed. Volumes are
+// view names a plane through a volume by the axis held fixed. Volumes are
 // stored in C order with axis 0 slowest; for NIfTI-derived volumes (x
 // fastest on disk) axis 0 is the inferior–superior axis, axis 1
 // posterior–anterior and axis 2 left–right, which is what the names assume.
-type View int
+type view int
 
 const (
-	// Axial holds axis 0 fixed: rows are axis 1, columns axis 2.
-	Axial View = iota
-	// Coronal holds axis 1 fixed: rows are axis 0, columns axis 2.
-	Coronal
-	// Sagittal holds axis 2 fixed: rows are axis 0, columns axis 1.
-	Sagittal
+	// axial holds axis 0 fixed: rows are axis 1, columns axis 2.
+	axial view = iota
+	// coronal holds axis 1 fixed: rows are axis 0, columns axis 2.
+	coronal
+	// sagittal holds axis 2 fixed: rows are axis 0, columns axis 1.
+	sagittal
 )
 
 // String returns the view's anatomical name.
-func (v View) String() string {
-	switch v {
-	case Axial:
-		return "axial"
-	case Coronal:
-		return "coronal"
-	case Sagittal:
-		return "sagittal"
-	}
-	return fmt.Sprintf("View(%d)", int(v))
+func (v view) String() string {
+	return [...]string{"axial", "coronal", "sagittal"}[v]
 }
 
 // plane is a 2D image of float samples, row-major, with physical pixel
@@ -51,28 +43,28 @@ type plane struct {
 	pix    []float32
 }
 
-// extract returns the plane of vol (shape, spacing in axis order) with axis
-// view held at index k. Rows are flipped so that the row axis' index grows
-// upward, as NIfTI viewers draw RAS volumes (anterior and superior at the
-// top).
-func extract(vol []float32, shape [3]int, spacing [3]float64, view View, k int) plane {
+// extract returns the plane of vol (shape, spacing in axis order) that
+// holds the axis of view fixed at index k. Rows are flipped so that the row
+// axis' index grows upward, as NIfTI viewers draw RAS volumes (anterior and
+// superior at the top).
+func extract(vol []float32, shape [3]int, spacing [3]float64, fixed view, k int) plane {
 	d, h, w := shape[0], shape[1], shape[2]
 	at := func(z, y, x int) float32 { return vol[(z*h+y)*w+x] }
 	var p plane
-	switch view {
-	case Axial:
+	switch fixed {
+	case axial:
 		p = plane{w: w, h: h, dx: spacing[2], dy: spacing[1]}
 		p.pix = make([]float32, 0, w*h)
 		for y := h - 1; y >= 0; y-- {
 			p.pix = append(p.pix, vol[(k*h+y)*w:][:w]...)
 		}
-	case Coronal:
+	case coronal:
 		p = plane{w: w, h: d, dx: spacing[2], dy: spacing[0]}
 		p.pix = make([]float32, 0, w*d)
 		for z := d - 1; z >= 0; z-- {
 			p.pix = append(p.pix, vol[(z*h+k)*w:][:w]...)
 		}
-	case Sagittal:
+	case sagittal:
 		p = plane{w: h, h: d, dx: spacing[1], dy: spacing[0]}
 		p.pix = make([]float32, 0, h*d)
 		for z := d - 1; z >= 0; z-- {

@@ -46,6 +46,10 @@ type Report struct {
 type VolumeResult struct {
 	Name string
 	// Shape is the volume's size (axis 0, 1, 2) in C order, axis 2 fastest.
+	// The views are named for a NIfTI volume read in that order (axis 0 =
+	// NIfTI k, inferior–superior; axis 1 = j, posterior–anterior; axis 2 =
+	// i, left–right): axial slices hold axis 0 fixed, coronal axis 1,
+	// sagittal axis 2.
 	Shape [3]int
 	// Spacing is the voxel size along each axis in Shape's order, in mm
 	// (NIfTI pixdim[3], pixdim[2], pixdim[1]). All zero means isotropic.
@@ -398,17 +402,17 @@ func buildVolume(v VolumeResult, metrics []string) (volumeModel, error) {
 	}
 	cssPerMM := displayRowWidth / (extent[0][0] + extent[1][0] + extent[2][0])
 	cssPerMM = math.Min(cssPerMM, displayMaxHeight/max(extent[0][1], extent[1][1], extent[2][1]))
-	for view := Axial; view <= Sagittal; view++ {
-		in := extract(v.Input, v.Shape, spacing, view, idx[view])
-		rec := extract(v.Recon, v.Shape, spacing, view, idx[view])
+	for fixed := axial; fixed <= sagittal; fixed++ {
+		in := extract(v.Input, v.Shape, spacing, fixed, idx[fixed])
+		rec := extract(v.Recon, v.Shape, spacing, fixed, idx[fixed])
 		diff := plane{w: in.w, h: in.h, dx: in.dx, dy: in.dy, pix: make([]float32, len(in.pix))}
 		for i := range in.pix {
 			diff.pix[i] = float32(math.Abs(float64(rec.pix[i]) - float64(in.pix[i])))
 		}
 		w, h := displaySize(in, pixel)
-		vw := viewModel{Name: view.String(), Index: idx[view], Width: w, Height: h,
-			DisplayWidth:  max(1, int(math.Round(extent[view][0]*cssPerMM))),
-			DisplayHeight: max(1, int(math.Round(extent[view][1]*cssPerMM)))}
+		vw := viewModel{Name: fixed.String(), Index: idx[fixed], Width: w, Height: h,
+			DisplayWidth:  max(1, int(math.Round(extent[fixed][0]*cssPerMM))),
+			DisplayHeight: max(1, int(math.Round(extent[fixed][1]*cssPerMM)))}
 		pics := []image.Image{grey(resample(in, w, h), lo, hi), grey(resample(rec, w, h), lo, hi), coloured(resample(diff, w, h), top)}
 		for i, p := range pics {
 			if vw.Images[i], err = dataURI(p); err != nil {

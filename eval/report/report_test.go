@@ -162,14 +162,14 @@ func TestExtract(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		view            View
+		view            view
 		k, w, h         int
 		dx, dy          float64
 		topLeft, bottom float32 // first pixel of the top row and of the bottom row
 	}{
-		{Axial, 1, 5, 4, 1, 2, 100 + 30, 100},
-		{Coronal, 2, 5, 3, 1, 3, 200 + 20, 20},
-		{Sagittal, 4, 4, 3, 2, 3, 200 + 4, 4},
+		{axial, 1, 5, 4, 1, 2, 100 + 30, 100},
+		{coronal, 2, 5, 3, 1, 3, 200 + 20, 20},
+		{sagittal, 4, 4, 3, 2, 3, 200 + 4, 4},
 	}
 	for _, tc := range tests {
 		p := extract(vol, shape, spacing, tc.view, tc.k)
@@ -181,9 +181,9 @@ func TestExtract(t *testing.T) {
 			t.Errorf("%v: top-left %v, bottom-left %v, want %v and %v", tc.view, p.pix[0], p.pix[(p.h-1)*p.w], tc.topLeft, tc.bottom)
 		}
 	}
-	// Sagittal columns run along axis 1: the second pixel of the top row is
+	// sagittal columns run along axis 1: the second pixel of the top row is
 	// y = 1.
-	if p := extract(vol, shape, spacing, Sagittal, 4); p.pix[1] != 214 {
+	if p := extract(vol, shape, spacing, sagittal, 4); p.pix[1] != 214 {
 		t.Errorf("sagittal top row second pixel %v, want 214", p.pix[1])
 	}
 }
