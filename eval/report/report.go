@@ -361,6 +361,8 @@ func buildVolume(v VolumeResult, metrics []string) (volumeModel, error) {
 		vm.GreyNote = "input range"
 	} else if !(lo < hi) || math.IsInf(lo, 0) || math.IsInf(hi, 0) {
 		return vm, fmt.Errorf("grey window %v, want finite lo < hi", v.Window)
+	} else {
+		vm.GreyNote = "as given"
 	}
 	if lo == hi {
 		// A constant volume: widen the window so it renders mid-grey.
