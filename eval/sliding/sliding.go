@@ -24,9 +24,10 @@
 //     quality on voxels that do not exist, so ortrain asks the caller to crop
 //     or pad explicitly;
 //   - the Gaussian map is divided by its maximum so its peak is exactly 1
-//     (MONAI's peak is slightly below 1 for even patch sizes). A constant
-//     factor cancels in Σ(w·p)/Σw; it only moves the 1e-3 floor by at most
-//     a fraction of a percent;
+//     (MONAI's peak is below 1 for even patch sizes, whose centre falls
+//     between voxels). A constant factor cancels in Σ(w·p)/Σw except where
+//     the 1e-3 floor applies: there ortrain's floor is relatively lower by
+//     that factor, 0.6 % for 64³ patches (σ = 8);
 //   - the map is computed in float64 and stored as float32.
 package sliding
 
