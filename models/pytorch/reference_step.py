@@ -1,0 +1,75 @@
+"""Writes what ortrain's PyTorch comparison test needs: torchvision's
+ResNet-18 as forward ONNX (through ortrain_export), and one batch with the
+loss and the gradient of every parameter that PyTorch autograd computes on
+it, in training mode, as safetensors.
+
+    /usr/bin/python3 models/pytorch/reference_step.py OUT_DIR [--classes 10 --size 64 --batch 4]
+
+OUT_DIR gets model.onnx and reference.safetensors (tensors "images",
+"target", "loss" and "grad.<param>" for each parameter).
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ortrain_export as ox  # noqa: E402
+
+_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        b = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.manual_seed(a.seed)
+    model = torchvision.models.resnet18(num_classes=a.classes)
+    x = torch.randn(a.batch, 3, a.size, a.size)
+    y = torch.randint(0, a.classes, (a.batch,))
+    # Export first: tracing runs the model once, which must not move the
+    # BatchNorm statistics the gradient step below starts from.
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ox.export(model, {"images": x}, os.path.join(a.out, "model.onnx"), output_names=["logits"])
+    model.load_state_dict(state)
+    model.train()
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y, label_smoothing=a.label_smoothing)
+    loss.backward()
+    tensors = {"images": x, "target": y, "loss": loss.detach().reshape(())}
+    for name, prm in model.named_parameters():
+        tensors["grad." + name] = prm.grad
+    write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
+    print("loss", float(loss))
+
+
+if __name__ == "__main__":
+    main()
