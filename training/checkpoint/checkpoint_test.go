@@ -432,3 +432,17 @@ func stepOf(dir string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
 }
+
+// BenchmarkSave measures writing a 64 MiB checkpoint, fsyncs included
+// (b.SetBytes reports MB/s).
+func BenchmarkSave(b *testing.B) {
+	data := make([]byte, 64<<20)
+	tensors := []Tensor{{Name: "w", DType: F32, Shape: []int64{16 << 20}, Data: data}}
+	root := b.TempDir()
+	b.SetBytes(int64(len(data)))
+	for i := 0; b.Loop(); i++ {
+		if err := Save(filepath.Join(root, strconv.Itoa(i)), &State{Step: int64(i)}, tensors); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -94,8 +94,9 @@ type Manager struct {
 }
 
 // NewManager takes over a checkpoints directory: it creates it if needed,
-// removes what an interrupted save or delete left behind, and lists the
-// checkpoints already there (on resume). topK is Lightning's save_top_k:
+// removes what an interrupted save or delete left behind, lists the
+// checkpoints already there (on resume) and prunes them to the newest plus
+// the top K. topK is Lightning's save_top_k:
 // -1 keeps all, 0 only the newest; monitor and mode ("min" or "max") rank
 // them, and with monitor empty the newest K are kept.
 func NewManager(dir string, topK int, monitor, mode string) (*Manager, error) {
@@ -120,7 +121,10 @@ func NewManager(dir string, topK int, monitor, mode string) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{dir: dir, topK: topK, monitor: monitor, mode: mode, entries: es}, nil
+	m := &Manager{dir: dir, topK: topK, monitor: monitor, mode: mode, entries: es}
+	// A crash between a save and its pruning leaves one checkpoint too
+	// many; prune now so the directory follows the rule again.
+	return m, m.prune()
 }
 
 // Dir is the checkpoints directory.

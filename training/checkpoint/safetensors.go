@@ -171,6 +171,7 @@ type countingWriter struct {
 	n int64
 }
 
+// Write counts the bytes passed on.
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
@@ -251,7 +252,15 @@ func readHeader(path string, f *os.File) (*File, error) {
 		}
 		sf.tensors = append(sf.tensors, TensorInfo{Name: name, DType: e.DType, Shape: e.Shape, Offset: dataStart + e.Offsets[0], Length: want})
 	}
-	sort.Slice(sf.tensors, func(i, j int) bool { return sf.tensors[i].Offset < sf.tensors[j].Offset })
+	// Empty tensors share their offset with the next tensor; they sort
+	// first so the contiguity check below holds.
+	sort.Slice(sf.tensors, func(i, j int) bool {
+		a, b := sf.tensors[i], sf.tensors[j]
+		if a.Offset != b.Offset {
+			return a.Offset < b.Offset
+		}
+		return a.Length < b.Length
+	})
 	end := dataStart
 	for i, t := range sf.tensors {
 		if t.Offset != end {
@@ -272,6 +281,7 @@ type CorruptError struct {
 	Msg  string
 }
 
+// Error names the file and what is wrong with it.
 func (e *CorruptError) Error() string { return "safetensors " + e.Path + ": " + e.Msg }
 
 // BadInput marks the error as the user's to fix (exit code 2): a damaged

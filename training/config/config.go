@@ -160,10 +160,9 @@ type Trainer struct {
 	// addition to those after each validation; 0 disables.
 	CheckpointEveryNSteps int64 `toml:"checkpoint_every_n_steps"`
 	// SaveTopK keeps the K best checkpoints by Monitor; -1 keeps all,
-	// 0 keeps none but "last". Default 1.
+	// 0 keeps none but the newest. The newest checkpoint is always kept
+	// and linked as checkpoints/last, so a run can always resume. Default 1.
 	SaveTopK int `toml:"save_top_k"`
-	// SaveLast keeps a "last" checkpoint for resuming. Default true.
-	SaveLast bool `toml:"save_last"`
 	// Monitor is the logged metric that ranks checkpoints and drives early
 	// stopping, e.g. "val/loss". Empty: top-k keeps the newest.
 	Monitor string `toml:"monitor"`
@@ -273,7 +272,6 @@ func Default() *Config {
 			ValCheckInterval:      Interval{Fraction: 1},
 			LogEveryNSteps:        50,
 			SaveTopK:              1,
-			SaveLast:              true,
 			SkipNonfinite:         true,
 			LRScaling:             "none",
 		},

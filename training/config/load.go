@@ -26,6 +26,7 @@ type Error struct {
 	Msg    string
 }
 
+// Error formats the error as "config: <source>[:line]: <key>: <message>".
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("config")
@@ -219,7 +220,7 @@ var volatileKeys = []string{
 	"data.train", "data.val", "data.num_workers", "data.prefetch", "data.memory_limit",
 	"trainer.device", "trainer.max_epochs", "trainer.max_steps", "trainer.val_check_interval",
 	"trainer.limit_val_batches", "trainer.log_every_n_steps", "trainer.checkpoint_every_n_steps",
-	"trainer.save_top_k", "trainer.save_last", "trainer.early_stopping_patience",
+	"trainer.save_top_k", "trainer.early_stopping_patience",
 	"trainer.early_stopping_min_delta", "model.artifacts", "model.onnx",
 	"runtime",
 }

@@ -22,6 +22,7 @@ func Multi(loggers ...Logger) Logger { return multi(loggers) }
 
 type multi []Logger
 
+// Log logs to every logger.
 func (m multi) Log(step int64, metrics map[string]float64) error {
 	var errs []error
 	for _, l := range m {
@@ -30,6 +31,7 @@ func (m multi) Log(step int64, metrics map[string]float64) error {
 	return errors.Join(errs...)
 }
 
+// Close closes every logger.
 func (m multi) Close() error {
 	var errs []error
 	for _, l := range m {

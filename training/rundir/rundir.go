@@ -36,6 +36,7 @@ type Dir struct {
 // Error is a run-directory problem the user has to fix.
 type Error struct{ Path, Msg string }
 
+// Error names the directory and the problem.
 func (e *Error) Error() string { return "run directory " + e.Path + ": " + e.Msg }
 
 // BadInput marks the error as the user's to fix (exit code 2).
