@@ -1,0 +1,258 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// LastLink is the symbolic link in a checkpoints directory that points at
+// the newest checkpoint, like Lightning's last.ckpt.
+const LastLink = "last"
+
+// ErrNone is returned by Latest when a directory holds no whole checkpoint.
+var ErrNone = errors.New("no checkpoint")
+
+// Entry is a whole checkpoint found in a checkpoints directory.
+type Entry struct {
+	Dir   string
+	Step  int64
+	Score *float64 // the monitored metric, nil when not measured
+	Time  time.Time
+}
+
+// scan lists the whole checkpoints in dir: subdirectories whose state.json
+// reads and whose tensor file has a consistent header and size. Temporary
+// and trash directories, the last link and anything else are skipped.
+func scan(dir string) ([]Entry, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []Entry
+	for _, de := range des {
+		name := de.Name()
+		if !de.IsDir() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		st, err := readState(p)
+		if err != nil {
+			continue
+		}
+		sf, err := OpenSafetensors(filepath.Join(p, TensorsFile))
+		if err != nil {
+			continue
+		}
+		sf.Close()
+		out = append(out, Entry{Dir: p, Step: st.Step, Score: st.Score, Time: st.Time})
+	}
+	sort.Slice(out, func(i, j int) bool { return newer(out[j], out[i]) })
+	return out, nil
+}
+
+// newer orders checkpoints by step, then by save time.
+func newer(a, b Entry) bool {
+	if a.Step != b.Step {
+		return a.Step > b.Step
+	}
+	return a.Time.After(b.Time)
+}
+
+// Latest returns the newest whole checkpoint in dir (a run's checkpoints
+// directory), or ErrNone. Directories left by an interrupted save or delete
+// are ignored; Manager removes them when it takes over the directory.
+func Latest(dir string) (string, error) {
+	es, err := scan(dir)
+	if err != nil {
+		return "", err
+	}
+	if len(es) == 0 {
+		return "", fmt.Errorf("%s: %w", dir, ErrNone)
+	}
+	return es[len(es)-1].Dir, nil
+}
+
+// Manager saves checkpoints into one directory, keeping the newest one
+// (linked as "last") and the top K by a monitored metric, and deleting the
+// others only after a new checkpoint is safely in place. One trainer owns a
+// directory; Manager is not safe for concurrent use.
+type Manager struct {
+	dir     string
+	topK    int
+	monitor string
+	mode    string
+	entries []Entry // oldest first
+}
+
+// NewManager takes over a checkpoints directory: it creates it if needed,
+// removes what an interrupted save or delete left behind, lists the
+// checkpoints already there (on resume) and prunes them to the newest plus
+// the top K. topK is Lightning's save_top_k:
+// -1 keeps all, 0 only the newest; monitor and mode ("min" or "max") rank
+// them, and with monitor empty the newest K are kept.
+func NewManager(dir string, topK int, monitor, mode string) (*Manager, error) {
+	if monitor != "" && mode != "min" && mode != "max" {
+		return nil, fmt.Errorf("checkpoint: mode %q is not min or max", mode)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, de := range des {
+		if n := de.Name(); strings.HasPrefix(n, tmpPrefix) || strings.HasPrefix(n, trashPrefix) {
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	es, err := scan(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{dir: dir, topK: topK, monitor: monitor, mode: mode, entries: es}
+	// A crash between a save and its pruning leaves one checkpoint too
+	// many; prune now so the directory follows the rule again.
+	return m, m.prune()
+}
+
+// Dir is the checkpoints directory.
+func (m *Manager) Dir() string { return m.dir }
+
+// Entries lists the checkpoints kept, oldest first.
+func (m *Manager) Entries() []Entry { return append([]Entry(nil), m.entries...) }
+
+// Save writes a checkpoint named step-NNNNNNNNN (with a suffix if that
+// step was saved before), points "last" at it and then deletes those that
+// fell out of the top K. It returns the new checkpoint's directory.
+func (m *Manager) Save(st *State, tensors []Tensor) (string, error) {
+	name := fmt.Sprintf("step-%09d", st.Step)
+	path := filepath.Join(m.dir, name)
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		path = filepath.Join(m.dir, fmt.Sprintf("%s-%d", name, i))
+	}
+	if st.Score != nil {
+		st.Monitor = m.monitor
+	}
+	if err := Save(path, st, tensors); err != nil {
+		return "", err
+	}
+	m.entries = append(m.entries, Entry{Dir: path, Step: st.Step, Score: st.Score, Time: st.Time})
+	if err := m.link(filepath.Base(path)); err != nil {
+		return path, err
+	}
+	return path, m.prune()
+}
+
+// link points "last" at name by renaming a new symlink over it, so "last"
+// always exists once the first checkpoint does.
+func (m *Manager) link(name string) error {
+	tmp := filepath.Join(m.dir, tmpPrefix+LastLink+"-"+randomSuffix())
+	if err := os.Symlink(name, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(m.dir, LastLink)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(m.dir)
+}
+
+// better reports whether score a ranks above score b; a missing or NaN
+// score ranks below every number.
+func (m *Manager) better(a, b *float64) bool {
+	va, vb := scoreValue(a), scoreValue(b)
+	if math.IsNaN(vb) {
+		return !math.IsNaN(va)
+	}
+	if math.IsNaN(va) {
+		return false
+	}
+	if m.mode == "max" {
+		return va > vb
+	}
+	return va < vb
+}
+
+func scoreValue(s *float64) float64 {
+	if s == nil {
+		return math.NaN()
+	}
+	return *s
+}
+
+// Best returns the best checkpoint by the monitored metric (the newest when
+// nothing is monitored); false when there is none.
+func (m *Manager) Best() (Entry, bool) {
+	r := m.ranked()
+	if len(r) == 0 {
+		return Entry{}, false
+	}
+	return r[0], true
+}
+
+// ranked orders the entries best first; ties and unmonitored runs go by
+// recency.
+func (m *Manager) ranked() []Entry {
+	r := append([]Entry(nil), m.entries...)
+	sort.SliceStable(r, func(i, j int) bool {
+		if m.monitor != "" {
+			if m.better(r[i].Score, r[j].Score) {
+				return true
+			}
+			if m.better(r[j].Score, r[i].Score) {
+				return false
+			}
+		}
+		return newer(r[i], r[j])
+	})
+	return r
+}
+
+// prune deletes checkpoints that are neither the newest nor in the top K.
+// Each is first renamed to a trash name, so a crash during the deletion
+// never leaves a partial directory that looks like a checkpoint.
+func (m *Manager) prune() error {
+	if m.topK < 0 || len(m.entries) == 0 {
+		return nil
+	}
+	keep := map[string]bool{m.entries[len(m.entries)-1].Dir: true}
+	for i, e := range m.ranked() {
+		if i < m.topK {
+			keep[e.Dir] = true
+		}
+	}
+	var kept []Entry
+	var errs []error
+	for _, e := range m.entries {
+		if keep[e.Dir] {
+			kept = append(kept, e)
+			continue
+		}
+		trash := filepath.Join(m.dir, trashPrefix+filepath.Base(e.Dir)+"-"+randomSuffix())
+		if err := os.Rename(e.Dir, trash); err != nil {
+			errs = append(errs, err)
+			kept = append(kept, e)
+			continue
+		}
+		if err := os.RemoveAll(trash); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.entries = kept
+	return errors.Join(errs...)
+}

@@ -1,0 +1,323 @@
+// Package config reads, checks and writes ortrain's training configuration:
+// a TOML file whose names follow PyTorch Lightning's Trainer, plus command
+// line overrides (--set key=value). Every key is documented on the struct
+// field that holds it and in README.md beside this file.
+//
+// The flow is Load (or Parse for embedded presets) → Override → Resolve →
+// Encode/Hash. Load starts from Default(), so a file names only what it
+// changes; Resolve checks the whole and fills values derived from others.
+package config
+
+import (
+	"github.com/ortrain/ortrain/ort"
+)
+
+// Config is a whole training configuration.
+type Config struct {
+	// Name names the run: outputs go to <output_dir>/<name>/version_N.
+	// Default: the model recipe, or "run".
+	Name string `toml:"name"`
+	// Seed seeds every random number generator of the run (data order,
+	// augmentation, initialisation, dropout). Default 0.
+	Seed int64 `toml:"seed"`
+	// OutputDir is the root of run directories. Default "outputs".
+	OutputDir string `toml:"output_dir"`
+	// ORTLib is the path of libonnxruntime; empty means the default search.
+	ORTLib string `toml:"ort_lib"`
+
+	Model     Model     `toml:"model"`
+	Data      Data      `toml:"data"`
+	Trainer   Trainer   `toml:"trainer"`
+	Optimizer Optimizer `toml:"optimizer"`
+	Scheduler Scheduler `toml:"scheduler"`
+	Runtime   Runtime   `toml:"runtime"`
+
+	// set holds the dotted keys given by the file or overrides, so Resolve
+	// can tell a default from an explicit choice.
+	set map[string]bool
+	// origin maps a dotted key to where it was last set (file or --set key),
+	// so Resolve's errors point there.
+	origin map[string]string
+}
+
+// Model says which graphs to train ([model]).
+type Model struct {
+	// Artifacts is a directory of training artifacts made by `ortrain build`
+	// (training, eval and optimizer graphs plus initial weights).
+	Artifacts string `toml:"artifacts"`
+	// ONNX is a forward model from which a training graph is built with
+	// Recipe.
+	ONNX string `toml:"onnx"`
+	// Recipe names a built-in recipe: vqgan3d, resnet, bd3lm or mlp.
+	Recipe string `toml:"recipe"`
+	// Params is a free-form table passed to the recipe ([model.params]).
+	Params map[string]any `toml:"params"`
+	// Loss names the graph output that is minimised. Default "loss".
+	Loss string `toml:"loss"`
+	// Trainable lists the parameters (names or path.Match globs) that are
+	// trained; empty means all that are not Frozen.
+	Trainable []string `toml:"trainable"`
+	// Frozen lists parameters (names or globs) kept fixed.
+	Frozen []string `toml:"frozen"`
+}
+
+// Data configures the data loaders ([data]).
+type Data struct {
+	// Kind is volumes, tokens, images or synthetic. Required.
+	Kind string `toml:"kind"`
+	// Train is the training data path (file, directory or glob). Required
+	// unless kind = "synthetic".
+	Train string `toml:"train"`
+	// Val is the validation data path; empty means no validation unless the
+	// loader splits Train (see volumes.train_split).
+	Val string `toml:"val"`
+	// BatchSize is the number of samples per forward pass. Default 1.
+	BatchSize int `toml:"batch_size"`
+	// NumWorkers is the number of loader goroutines; 0 loads on the training
+	// goroutine. Default 4.
+	NumWorkers int `toml:"num_workers"`
+	// Prefetch is the number of batches each worker prepares ahead. Default 2.
+	Prefetch int `toml:"prefetch"`
+	// MemoryLimit caps the memory of loader caches and queues, in bytes or
+	// as "8GiB"; 0 means no limit.
+	MemoryLimit ByteSize `toml:"memory_limit"`
+	// DropLast drops the last incomplete batch of an epoch. Default false.
+	DropLast bool `toml:"drop_last"`
+	// Shuffle reshuffles the training set every epoch. Default true.
+	Shuffle bool `toml:"shuffle"`
+
+	Volumes Volumes `toml:"volumes"`
+	Tokens  Tokens  `toml:"tokens"`
+	Images  Images  `toml:"images"`
+}
+
+// Volumes configures 3D medical volumes ([data.volumes]).
+type Volumes struct {
+	// PatchSize is the [D, H, W] size of a training patch. Required for
+	// kind = "volumes".
+	PatchSize []int `toml:"patch_size"`
+	// Stride is the [D, H, W] step between patches; default PatchSize.
+	Stride []int `toml:"stride"`
+	// Window is the [low, high] intensity window (Hounsfield units for CT)
+	// mapped to [-1, 1]; empty keeps raw values.
+	Window []float64 `toml:"window"`
+	// TrainSplit is the fraction of patients used for training when Val is
+	// empty; the rest validate. Default 0.9.
+	TrainSplit float64 `toml:"train_split"`
+	// MaxPatients caps the number of patients read; 0 reads all.
+	MaxPatients int `toml:"max_patients"`
+}
+
+// Tokens configures token sequences ([data.tokens]).
+type Tokens struct {
+	// SeqLen is the sequence length. Required for kind = "tokens".
+	SeqLen int `toml:"seq_len"`
+	// BlockSize is the diffusion block length (bd3lm); it must divide
+	// SeqLen. 0 means no blocks.
+	BlockSize int `toml:"block_size"`
+	// Segments packs several documents per sequence and emits segment ids
+	// so attention does not cross document boundaries.
+	Segments bool `toml:"segments"`
+}
+
+// Images configures images ([data.images]).
+type Images struct {
+	// Size is the square side images are resized/cropped to. Required for
+	// kind = "images".
+	Size int `toml:"size"`
+	// Layout is NCHW or NHWC. Default NCHW.
+	Layout string `toml:"layout"`
+}
+
+// Trainer holds the loop settings, named as in Lightning's Trainer ([trainer]).
+type Trainer struct {
+	// Device is "auto" (first GPU if any, else CPU), "cpu", "cuda" or
+	// "cuda:N". Default "auto".
+	Device string `toml:"device"`
+	// MaxEpochs stops after this many epochs; 0 means no epoch limit.
+	MaxEpochs int `toml:"max_epochs"`
+	// MaxSteps stops after this many optimizer steps; 0 means no step limit.
+	// At least one of MaxEpochs and MaxSteps must be set.
+	MaxSteps int64 `toml:"max_steps"`
+	// Precision is "32", "tf32", "bf16-mixed" or "16-mixed". Default "32".
+	Precision Precision `toml:"precision"`
+	// AccumulateGradBatches is the number of batches whose gradients are
+	// summed before one optimizer step. Default 1.
+	AccumulateGradBatches int `toml:"accumulate_grad_batches"`
+	// GradientClipVal clips gradients; 0 disables clipping.
+	GradientClipVal float64 `toml:"gradient_clip_val"`
+	// GradientClipAlgorithm is "norm" (global L2 norm) or "value"
+	// (element-wise). Default "norm".
+	GradientClipAlgorithm string `toml:"gradient_clip_algorithm"`
+	// ValCheckInterval is a float fraction of an epoch or an integer number
+	// of optimizer steps between validations. Default 1.0.
+	ValCheckInterval Interval `toml:"val_check_interval"`
+	// LimitValBatches caps the batches of one validation; 0 means all.
+	LimitValBatches int `toml:"limit_val_batches"`
+	// LogEveryNSteps is the optimizer steps between logged rows. Default 50.
+	LogEveryNSteps int `toml:"log_every_n_steps"`
+	// CheckpointEveryNSteps saves a checkpoint every N optimizer steps in
+	// addition to those after each validation; 0 disables.
+	CheckpointEveryNSteps int64 `toml:"checkpoint_every_n_steps"`
+	// SaveTopK keeps the K best checkpoints by Monitor; -1 keeps all,
+	// 0 keeps none but the newest. The newest checkpoint is always kept
+	// and linked as checkpoints/last, so a run can always resume. Default 1.
+	SaveTopK int `toml:"save_top_k"`
+	// Monitor is the logged metric that ranks checkpoints and drives early
+	// stopping, e.g. "val/loss". Empty: top-k keeps the newest.
+	Monitor string `toml:"monitor"`
+	// Mode is "min" or "max": whether a smaller or larger Monitor is
+	// better. Required when Monitor is set.
+	Mode string `toml:"mode"`
+	// EarlyStoppingPatience stops after this many validations without
+	// improvement of Monitor; 0 disables early stopping.
+	EarlyStoppingPatience int `toml:"early_stopping_patience"`
+	// EarlyStoppingMinDelta is the least change of Monitor that counts as
+	// an improvement. Default 0.
+	EarlyStoppingMinDelta float64 `toml:"early_stopping_min_delta"`
+	// SkipNonfinite skips the optimizer step (and counts it) when the loss
+	// or gradient norm is NaN or Inf instead of stopping. Default true.
+	SkipNonfinite bool `toml:"skip_nonfinite"`
+	// BaseBatchSize is the effective batch size at which Optimizer.LR was
+	// tuned; with LRScaling the LR follows the actual effective batch.
+	// 0 disables scaling.
+	BaseBatchSize int `toml:"base_batch_size"`
+	// LRScaling is none, linear (lr × B/base) or sqrt (lr × √(B/base)) where
+	// B = batch_size × accumulate_grad_batches × world size. Default none.
+	LRScaling string `toml:"lr_scaling"`
+}
+
+// Optimizer configures the optimizer ([optimizer]).
+type Optimizer struct {
+	// Name is adamw or sgd. Default adamw.
+	Name string `toml:"name"`
+	// LR is the peak learning rate (before scaling, see trainer.lr_scaling).
+	// Default 1e-3.
+	LR float64 `toml:"lr"`
+	// WeightDecay is decoupled (AdamW) or L2 (SGD) weight decay.
+	// Default 0.01 for adamw, 0 for sgd.
+	WeightDecay float64 `toml:"weight_decay"`
+	// Betas are Adam's [β1, β2]. Default [0.9, 0.999].
+	Betas []float64 `toml:"betas"`
+	// Eps is Adam's ε. Default 1e-8.
+	Eps float64 `toml:"eps"`
+	// Momentum is SGD's momentum. Default 0.
+	Momentum float64 `toml:"momentum"`
+	// Nesterov uses Nesterov momentum (SGD, momentum > 0).
+	Nesterov bool `toml:"nesterov"`
+}
+
+// Scheduler configures the learning-rate schedule ([scheduler]).
+type Scheduler struct {
+	// Name is constant, cosine or linear (decay after warmup). Default
+	// constant.
+	Name string `toml:"name"`
+	// WarmupSteps is the number of optimizer steps of linear warmup from 0.
+	WarmupSteps int64 `toml:"warmup_steps"`
+	// WarmupRatio is warmup as a fraction of the total steps; exclusive
+	// with WarmupSteps.
+	WarmupRatio float64 `toml:"warmup_ratio"`
+	// MinLR is the learning rate at the end of the decay. Default 0.
+	MinLR float64 `toml:"min_lr"`
+}
+
+// Runtime tunes ONNX Runtime ([runtime]); names are ONNX Runtime's.
+type Runtime struct {
+	// UseTF32 enables TF32 tensor cores in CUDA kernels. Default: true
+	// unless trainer.precision = "32".
+	UseTF32 bool `toml:"use_tf32"`
+	// CudnnConvAlgoSearch is EXHAUSTIVE, HEURISTIC or DEFAULT. Default
+	// EXHAUSTIVE.
+	CudnnConvAlgoSearch string `toml:"cudnn_conv_algo_search"`
+	// GPUMemLimit caps ONNX Runtime's CUDA arena (bytes or "70GiB"); 0 means
+	// no limit.
+	GPUMemLimit ByteSize `toml:"gpu_mem_limit"`
+	// ArenaExtendStrategy is kNextPowerOfTwo or kSameAsRequested. Default
+	// kNextPowerOfTwo.
+	ArenaExtendStrategy string `toml:"arena_extend_strategy"`
+	// EnableCUDAGraph captures the step once and replays it.
+	EnableCUDAGraph bool `toml:"enable_cuda_graph"`
+	// AllowCPUFallback lets nodes without CUDA kernels run on the CPU.
+	// Default false: a silent fallback leaves the GPU idle.
+	AllowCPUFallback bool `toml:"allow_cpu_fallback"`
+	// IntraOpThreads is the number of threads inside one CPU op; 0 lets
+	// ONNX Runtime choose.
+	IntraOpThreads int `toml:"intra_op_threads"`
+	// InterOpThreads is the number of threads across CPU ops; 0 lets ONNX
+	// Runtime choose.
+	InterOpThreads int `toml:"inter_op_threads"`
+}
+
+// KnownRecipes lists the recipe names model.recipe accepts.
+var KnownRecipes = []string{"vqgan3d", "resnet", "bd3lm", "mlp"}
+
+// Default returns the configuration every file is read on top of.
+func Default() *Config {
+	return &Config{
+		OutputDir: "outputs",
+		Model:     Model{Loss: "loss"},
+		Data: Data{
+			BatchSize:  1,
+			NumWorkers: 4,
+			Prefetch:   2,
+			Shuffle:    true,
+			Volumes:    Volumes{TrainSplit: 0.9},
+			Images:     Images{Layout: "NCHW"},
+		},
+		Trainer: Trainer{
+			Device:                "auto",
+			Precision:             FP32,
+			AccumulateGradBatches: 1,
+			GradientClipAlgorithm: "norm",
+			ValCheckInterval:      Interval{Fraction: 1},
+			LogEveryNSteps:        50,
+			SaveTopK:              1,
+			SkipNonfinite:         true,
+			LRScaling:             "none",
+		},
+		Optimizer: Optimizer{Name: "adamw", LR: 1e-3, WeightDecay: 0.01, Betas: []float64{0.9, 0.999}, Eps: 1e-8},
+		Scheduler: Scheduler{Name: "constant"},
+		Runtime:   Runtime{CudnnConvAlgoSearch: "EXHAUSTIVE", ArenaExtendStrategy: "kNextPowerOfTwo"},
+		set:       map[string]bool{},
+		origin:    map[string]string{},
+	}
+}
+
+// IsSet reports whether a dotted key (e.g. "runtime.use_tf32") was given by
+// the file or an override rather than left at its default.
+func (c *Config) IsSet(key string) bool { return c.set[key] }
+
+// SessionOptions turns the trainer device and [runtime] table into ONNX
+// Runtime session options. Device "auto" picks GPU 0 when gpuAvailable.
+func (c *Config) SessionOptions(gpuAvailable bool) (ort.Options, error) {
+	dev := ort.CPU
+	switch c.Trainer.Device {
+	case "auto":
+		if gpuAvailable {
+			dev = ort.CUDADevice(0)
+		}
+	default:
+		d, err := ort.ParseDevice(c.Trainer.Device)
+		if err != nil {
+			return ort.Options{}, &Error{Key: "trainer.device", Msg: err.Error()}
+		}
+		dev = d
+	}
+	r := c.Runtime
+	o := ort.Options{
+		Device: dev,
+		CPU:    ort.CPUOptions{IntraOpThreads: r.IntraOpThreads, InterOpThreads: r.InterOpThreads},
+		CUDA: ort.CUDAOptions{
+			UseTF32:             r.UseTF32,
+			ConvAlgoSearch:      r.CudnnConvAlgoSearch,
+			GPUMemLimit:         int64(r.GPUMemLimit),
+			ArenaExtendStrategy: r.ArenaExtendStrategy,
+			EnableCUDAGraph:     r.EnableCUDAGraph,
+			AllowCPUFallback:    r.AllowCPUFallback,
+		},
+	}
+	if err := o.Validate(); err != nil {
+		return ort.Options{}, &Error{Key: "runtime", Msg: err.Error()}
+	}
+	return o, nil
+}

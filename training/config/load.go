@@ -1,0 +1,345 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Error is a configuration mistake the user has to fix. Several are joined
+// with errors.Join when a file has more than one.
+type Error struct {
+	Source string // file name, "--set key" or "" for a config built in code
+	Line   int    // 1-based line in Source, 0 when unknown
+	Key    string // dotted key, e.g. "trainer.max_steps"
+	Msg    string
+}
+
+// Error formats the error as "config: <source>[:line]: <key>: <message>".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("config")
+	if e.Source != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Source)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+	}
+	if e.Key != "" && !strings.HasPrefix(e.Source, "--set ") {
+		fmt.Fprintf(&b, ": %s", e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *Error) BadInput() bool { return true }
+
+// Load reads a TOML file on top of Default(). It does not Resolve, so
+// overrides can still be applied.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{Source: path, Msg: err.Error()}
+	}
+	return Parse(data, path)
+}
+
+// Parse reads TOML bytes (e.g. an embedded preset) on top of Default();
+// source names them in errors.
+func Parse(data []byte, source string) (*Config, error) {
+	c := Default()
+	if err := c.decode(string(data), source); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Merge reads another TOML document on top of c, as a file layered over a
+// preset: keys it names replace those of c.
+func (c *Config) Merge(data []byte, source string) error {
+	return c.decode(string(data), source)
+}
+
+var bareKey = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+// Override applies command-line assignments "key.sub=value". The value is
+// read as a TOML value (10, 3e-4, true, [0.9, 0.95], "cuda:0"); a value that
+// is not valid TOML, like cuda:0, is taken as a string. Errors name the
+// --set key.
+func (c *Config) Override(assignments ...string) error {
+	for _, a := range assignments {
+		key, value, ok := strings.Cut(a, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		src := "--set " + key
+		if !ok || !bareKey.MatchString(key) {
+			return &Error{Source: "--set " + a, Msg: "want key.sub=value with a dotted key of letters, digits, _ and -"}
+		}
+		doc := key + " = " + value
+		if _, err := toml.Decode(doc, new(map[string]any)); err != nil {
+			// Not a TOML value: take the text as a string, so
+			// --set trainer.device=cuda:0 works without shell quoting.
+			doc = key + " = " + strconv.Quote(value)
+		}
+		if err := c.decode(doc, src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decode reads doc into c, records which keys it set and where, and turns
+// the toml package's errors into *Error.
+func (c *Config) decode(doc, source string) error {
+	if c.set == nil {
+		c.set = map[string]bool{}
+	}
+	if c.origin == nil {
+		c.origin = map[string]string{}
+	}
+	md, err := toml.Decode(doc, c)
+	if err != nil {
+		return tomlError(err, source)
+	}
+	var errs []error
+	for _, k := range md.Undecoded() {
+		key := k.String()
+		msg := "unknown key"
+		if s := suggest(key); s != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		errs = append(errs, &Error{Source: source, Key: key, Msg: msg})
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, k := range md.Keys() {
+		c.set[k.String()] = true
+		c.origin[k.String()] = source
+	}
+	return nil
+}
+
+// decodeErr matches the toml package's type errors, which carry the line and
+// key only in their text.
+var decodeErr = regexp.MustCompile(`^toml: (?:line (\d+) )?(?:\(last key "([^"]*)"\): )?(.*)$`)
+
+func tomlError(err error, source string) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return &Error{Source: source, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+	}
+	m := decodeErr.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &Error{Source: source, Msg: err.Error()}
+	}
+	line, _ := strconv.Atoi(m[1])
+	return &Error{Source: source, Line: line, Key: m[2], Msg: m[3]}
+}
+
+// knownKeys lists every dotted key of the schema, for suggestions.
+var knownKeys = func() []string {
+	var keys []string
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := f.Tag.Get("toml")
+			if name == "" {
+				continue
+			}
+			k := prefix + name
+			keys = append(keys, k)
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Interval{}) {
+				walk(k+".", f.Type)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(Config{}))
+	return keys
+}()
+
+// suggest returns the known key closest to a mistyped one, if close enough.
+func suggest(key string) string {
+	best, bestD := "", 4
+	for _, k := range knownKeys {
+		if d := editDistance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Encode writes c as TOML; after Resolve this is the complete configuration
+// the run used, and reading it back gives the same configuration.
+func (c *Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// volatileKeys do not change what is computed, only where and how fast it
+// runs or how it is reported; Hash ignores them so a resume may change them.
+var volatileKeys = []string{
+	"name", "output_dir", "ort_lib",
+	"data.train", "data.val", "data.num_workers", "data.prefetch", "data.memory_limit",
+	"trainer.device", "trainer.max_epochs", "trainer.max_steps", "trainer.val_check_interval",
+	"trainer.limit_val_batches", "trainer.log_every_n_steps", "trainer.checkpoint_every_n_steps",
+	"trainer.save_top_k", "trainer.early_stopping_patience",
+	"trainer.early_stopping_min_delta", "model.artifacts", "model.onnx",
+	"runtime",
+}
+
+// Hash is a stable hex SHA-256 of the settings that change the computation
+// (model, data shapes and order, precision, optimizer, schedule, seed).
+// Paths, devices, logging, run length and [runtime] are left out: a resumed
+// run may move its data, extend max_steps or change GPU. A checkpoint stores
+// it so resume can tell a changed configuration; Diff says what changed.
+func (c *Config) Hash() (string, error) {
+	flat, err := c.flat()
+	if err != nil {
+		return "", err
+	}
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		if !volatile(k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%#v\n", k, flat[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func volatile(key string) bool {
+	for _, v := range volatileKeys {
+		if key == v || strings.HasPrefix(key, v+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// Diff lists the dotted keys whose values differ between a and b, sorted,
+// with volatile ones (that Hash ignores) marked "(volatile)".
+func Diff(a, b *Config) ([]string, error) {
+	fa, err := a.flat()
+	if err != nil {
+		return nil, err
+	}
+	fb, err := b.flat()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range []map[string]any{fa, fb} {
+		for k := range f {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if !reflect.DeepEqual(fa[k], fb[k]) {
+				if volatile(k) {
+					k += " (volatile)"
+				}
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// flat encodes c and reads it back as dotted key → TOML value, so
+// comparisons see exactly what Encode writes.
+func (c *Config) flat() (map[string]any, error) {
+	data, err := c.Encode()
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if _, err := toml.Decode(string(data), &m); err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			out[prefix+k] = v
+		}
+	}
+	walk("", m)
+	return out, nil
+}
+
+// EffectiveBatchSize is the number of samples per optimizer step:
+// batch_size × accumulate_grad_batches × worldSize.
+func (c *Config) EffectiveBatchSize(worldSize int) int {
+	return c.Data.BatchSize * c.Trainer.AccumulateGradBatches * max(worldSize, 1)
+}
+
+// PeakLR is optimizer.lr scaled by trainer.lr_scaling from base_batch_size
+// to the effective batch size on worldSize devices.
+func (c *Config) PeakLR(worldSize int) float64 {
+	return ScaleLR(c.Optimizer.LR, c.EffectiveBatchSize(worldSize), c.Trainer.BaseBatchSize, c.Trainer.LRScaling)
+}
+
+// ScaleLR scales a learning rate tuned at batch base to batch: "linear"
+// multiplies by batch/base, "sqrt" by √(batch/base); "none", "" or base ≤ 0
+// leave it unchanged.
+func ScaleLR(lr float64, batch, base int, rule string) float64 {
+	if base <= 0 {
+		return lr
+	}
+	r := float64(batch) / float64(base)
+	switch rule {
+	case "linear":
+		return lr * r
+	case "sqrt":
+		return lr * math.Sqrt(r)
+	}
+	return lr
+}

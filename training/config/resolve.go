@@ -1,0 +1,238 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ortrain/ortrain/ort"
+)
+
+// Resolve fills the values that depend on others and checks the whole
+// configuration. It reports every problem found, joined, each an *Error
+// naming its keys and where they were set. Resolving twice changes nothing.
+func (c *Config) Resolve() error {
+	if c.set == nil {
+		c.set = map[string]bool{}
+	}
+	c.fill()
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &Error{Source: c.origin[key], Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	oneOf := func(key, v string, set ...string) {
+		if !slices.Contains(set, v) {
+			bad(key, "%q is not one of %s", v, strings.Join(set, ", "))
+		}
+	}
+
+	// [model]
+	m := c.Model
+	switch {
+	case m.Artifacts != "" && (m.ONNX != "" || m.Recipe != ""):
+		bad("model.artifacts", "give either model.artifacts or model.onnx/model.recipe, not both")
+	case m.Artifacts == "" && m.ONNX == "" && m.Recipe == "":
+		bad("model", "set model.artifacts (a built artifacts directory) or model.recipe (with model.onnx where the recipe needs one)")
+	}
+	if m.Recipe != "" {
+		oneOf("model.recipe", m.Recipe, KnownRecipes...)
+	}
+	if m.Loss == "" {
+		bad("model.loss", "must name the loss output")
+	}
+	for _, t := range m.Trainable {
+		if slices.Contains(m.Frozen, t) {
+			bad("model.frozen", "%q is both trainable and frozen", t)
+		}
+	}
+
+	// [data]
+	d := c.Data
+	oneOf("data.kind", d.Kind, "volumes", "tokens", "images", "synthetic")
+	if d.Train == "" && d.Kind != "synthetic" && d.Kind != "" {
+		bad("data.train", "required for kind = %q", d.Kind)
+	}
+	if d.BatchSize < 1 {
+		bad("data.batch_size", "must be ≥ 1, not %d", d.BatchSize)
+	}
+	if d.NumWorkers < 0 {
+		bad("data.num_workers", "must be ≥ 0, not %d", d.NumWorkers)
+	}
+	if d.Prefetch < 1 {
+		bad("data.prefetch", "must be ≥ 1, not %d", d.Prefetch)
+	}
+	switch d.Kind {
+	case "volumes":
+		v := d.Volumes
+		if len(v.PatchSize) != 3 || slices.Min(v.PatchSize) < 1 {
+			bad("data.volumes.patch_size", "must be [D, H, W] with sizes ≥ 1, not %v", v.PatchSize)
+		}
+		if len(v.Stride) != 3 || slices.Min(v.Stride) < 1 {
+			bad("data.volumes.stride", "must be [D, H, W] with steps ≥ 1, not %v", v.Stride)
+		}
+		if len(v.Window) != 0 && (len(v.Window) != 2 || v.Window[0] >= v.Window[1]) {
+			bad("data.volumes.window", "must be [low, high] with low < high, not %v", v.Window)
+		}
+		if !(v.TrainSplit > 0 && v.TrainSplit <= 1) {
+			bad("data.volumes.train_split", "must be in (0, 1], not %g", v.TrainSplit)
+		}
+		if v.MaxPatients < 0 {
+			bad("data.volumes.max_patients", "must be ≥ 0, not %d", v.MaxPatients)
+		}
+	case "tokens":
+		t := d.Tokens
+		if t.SeqLen < 1 {
+			bad("data.tokens.seq_len", "must be ≥ 1 for kind = \"tokens\", not %d", t.SeqLen)
+		}
+		if t.BlockSize < 0 || (t.BlockSize > 0 && t.SeqLen%t.BlockSize != 0) {
+			bad("data.tokens.block_size", "must divide data.tokens.seq_len = %d, not be %d", t.SeqLen, t.BlockSize)
+		}
+	case "images":
+		if d.Images.Size < 1 {
+			bad("data.images.size", "must be ≥ 1 for kind = \"images\", not %d", d.Images.Size)
+		}
+		oneOf("data.images.layout", d.Images.Layout, "NCHW", "NHWC")
+	}
+
+	// [trainer]
+	t := c.Trainer
+	if t.Device != "auto" {
+		if _, err := ort.ParseDevice(t.Device); err != nil {
+			bad("trainer.device", "%q is not \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"", t.Device)
+		}
+	}
+	if t.MaxEpochs < 0 || t.MaxSteps < 0 {
+		bad("trainer.max_steps", "trainer.max_epochs and trainer.max_steps must be ≥ 0")
+	} else if t.MaxEpochs == 0 && t.MaxSteps == 0 {
+		bad("trainer.max_steps", "set trainer.max_epochs or trainer.max_steps (both are 0, the run would never end)")
+	}
+	if t.AccumulateGradBatches < 1 {
+		bad("trainer.accumulate_grad_batches", "must be ≥ 1, not %d", t.AccumulateGradBatches)
+	}
+	if t.GradientClipVal < 0 {
+		bad("trainer.gradient_clip_val", "must be ≥ 0 (0 disables clipping), not %g", t.GradientClipVal)
+	}
+	oneOf("trainer.gradient_clip_algorithm", t.GradientClipAlgorithm, "norm", "value")
+	if t.ValCheckInterval.Steps == 0 && !(t.ValCheckInterval.Fraction > 0 && t.ValCheckInterval.Fraction <= 1) {
+		bad("trainer.val_check_interval", "a fraction of an epoch must be in (0, 1], not %g", t.ValCheckInterval.Fraction)
+	}
+	if t.LimitValBatches < 0 {
+		bad("trainer.limit_val_batches", "must be ≥ 0 (0: all), not %d", t.LimitValBatches)
+	}
+	if t.LogEveryNSteps < 1 {
+		bad("trainer.log_every_n_steps", "must be ≥ 1, not %d", t.LogEveryNSteps)
+	}
+	if t.CheckpointEveryNSteps < 0 {
+		bad("trainer.checkpoint_every_n_steps", "must be ≥ 0 (0 disables), not %d", t.CheckpointEveryNSteps)
+	}
+	if t.SaveTopK < -1 {
+		bad("trainer.save_top_k", "must be -1 (all), 0 or more, not %d", t.SaveTopK)
+	}
+	switch {
+	case t.Monitor != "" && t.Mode == "":
+		bad("trainer.mode", "trainer.monitor = %q needs trainer.mode = \"min\" or \"max\"", t.Monitor)
+	case t.Mode != "":
+		oneOf("trainer.mode", t.Mode, "min", "max")
+		if t.Monitor == "" {
+			bad("trainer.monitor", "trainer.mode = %q is set but trainer.monitor is empty", t.Mode)
+		}
+	}
+	if t.EarlyStoppingPatience < 0 {
+		bad("trainer.early_stopping_patience", "must be ≥ 0 (0 disables), not %d", t.EarlyStoppingPatience)
+	} else if t.EarlyStoppingPatience > 0 && t.Monitor == "" {
+		bad("trainer.early_stopping_patience", "early stopping needs trainer.monitor and trainer.mode")
+	}
+	if t.EarlyStoppingMinDelta < 0 {
+		bad("trainer.early_stopping_min_delta", "must be ≥ 0, not %g", t.EarlyStoppingMinDelta)
+	}
+	oneOf("trainer.lr_scaling", t.LRScaling, "none", "linear", "sqrt")
+	if t.BaseBatchSize < 0 {
+		bad("trainer.base_batch_size", "must be ≥ 0, not %d", t.BaseBatchSize)
+	}
+	if t.LRScaling != "none" && t.BaseBatchSize == 0 {
+		bad("trainer.base_batch_size", "trainer.lr_scaling = %q needs the batch size the LR was tuned at", t.LRScaling)
+	}
+	if t.Precision == FP32 && c.Runtime.UseTF32 {
+		bad("runtime.use_tf32", "contradicts trainer.precision = \"32\" (strict fp32); use trainer.precision = \"tf32\"")
+	}
+	if _, err := ParsePrecision(string(t.Precision)); err != nil {
+		bad("trainer.precision", "%v", err)
+	}
+
+	// [optimizer]
+	o := c.Optimizer
+	oneOf("optimizer.name", o.Name, "adamw", "sgd")
+	if !(o.LR > 0) {
+		bad("optimizer.lr", "must be > 0, not %g", o.LR)
+	}
+	if o.WeightDecay < 0 {
+		bad("optimizer.weight_decay", "must be ≥ 0, not %g", o.WeightDecay)
+	}
+	if len(o.Betas) != 2 || o.Betas[0] < 0 || o.Betas[0] >= 1 || o.Betas[1] < 0 || o.Betas[1] >= 1 {
+		bad("optimizer.betas", "must be [β1, β2] in [0, 1), not %v", o.Betas)
+	}
+	if !(o.Eps > 0) {
+		bad("optimizer.eps", "must be > 0, not %g", o.Eps)
+	}
+	if o.Momentum < 0 || o.Momentum >= 1 {
+		bad("optimizer.momentum", "must be in [0, 1), not %g", o.Momentum)
+	}
+	if o.Name == "adamw" && (o.Momentum != 0 || o.Nesterov) {
+		bad("optimizer.momentum", "optimizer.momentum and optimizer.nesterov are for sgd; adamw uses optimizer.betas")
+	}
+	if o.Nesterov && o.Momentum == 0 {
+		bad("optimizer.nesterov", "needs optimizer.momentum > 0")
+	}
+
+	// [scheduler]
+	s := c.Scheduler
+	oneOf("scheduler.name", s.Name, "constant", "cosine", "linear")
+	if s.WarmupSteps < 0 {
+		bad("scheduler.warmup_steps", "must be ≥ 0, not %d", s.WarmupSteps)
+	}
+	if s.WarmupRatio < 0 || s.WarmupRatio >= 1 {
+		bad("scheduler.warmup_ratio", "must be in [0, 1), not %g", s.WarmupRatio)
+	}
+	if s.WarmupSteps > 0 && s.WarmupRatio > 0 {
+		bad("scheduler.warmup_ratio", "give scheduler.warmup_steps or scheduler.warmup_ratio, not both")
+	}
+	if t.MaxSteps > 0 && s.WarmupSteps > t.MaxSteps {
+		bad("scheduler.warmup_steps", "%d exceeds trainer.max_steps = %d", s.WarmupSteps, t.MaxSteps)
+	}
+	if s.MinLR < 0 || s.MinLR > o.LR {
+		bad("scheduler.min_lr", "must be in [0, optimizer.lr = %g], not %g", o.LR, s.MinLR)
+	}
+
+	// [runtime]
+	r := c.Runtime
+	oneOf("runtime.cudnn_conv_algo_search", r.CudnnConvAlgoSearch, "EXHAUSTIVE", "HEURISTIC", "DEFAULT")
+	oneOf("runtime.arena_extend_strategy", r.ArenaExtendStrategy, "kNextPowerOfTwo", "kSameAsRequested")
+	if r.IntraOpThreads < 0 || r.InterOpThreads < 0 {
+		bad("runtime.intra_op_threads", "runtime.intra_op_threads and runtime.inter_op_threads must be ≥ 0 (0: ONNX Runtime chooses)")
+	}
+	return errors.Join(errs...)
+}
+
+// fill sets the defaults that depend on other keys, unless the key was
+// given explicitly.
+func (c *Config) fill() {
+	if c.Name == "" {
+		c.Name = c.Model.Recipe
+		if c.Name == "" {
+			c.Name = "run"
+		}
+	}
+	if !c.set["runtime.use_tf32"] {
+		c.Runtime.UseTF32 = c.Trainer.Precision != FP32
+	}
+	if !c.set["optimizer.weight_decay"] && c.Optimizer.Name == "sgd" {
+		c.Optimizer.WeightDecay = 0
+	}
+	if v := &c.Data.Volumes; len(v.Stride) == 0 && len(v.PatchSize) > 0 {
+		v.Stride = slices.Clone(v.PatchSize)
+	}
+	if c.Trainer.Precision == "" {
+		c.Trainer.Precision = FP32
+	}
+}

@@ -1,0 +1,154 @@
+package logging
+
+import (
+	"bufio"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"time"
+)
+
+// csvHeader is the long format of metrics.csv: one row per metric value.
+// New metric names need no new columns, so the file is only ever appended
+// to; pandas reads it with read_csv and pivots it with
+// df.pivot_table(index="step", columns="name", values="value").
+var csvHeader = []string{"step", "name", "value", "time"}
+
+// CSV writes metrics.csv in the long format step,name,value,time (time in
+// Unix seconds). Values are written exactly (shortest round-trip form);
+// NaN and ±Inf as nan, inf, -inf, which pandas reads.
+type CSV struct {
+	f   *os.File
+	buf *bufio.Writer
+	w   *csv.Writer
+	now func() time.Time
+}
+
+// OpenCSV opens path for appending. When the file exists (a resumed run),
+// rows logged after resumeStep, by the interrupted run after its last
+// checkpoint, are dropped first so the file has one history; pass -1 for a
+// new run, which refuses an existing file rather than overwriting it.
+func OpenCSV(path string, resumeStep int64) (*CSV, error) {
+	if resumeStep >= 0 {
+		if err := truncateAfter(path, resumeStep); err != nil {
+			return nil, err
+		}
+	}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	if resumeStep < 0 {
+		flags |= os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	c := &CSV{f: f, buf: bufio.NewWriter(f), now: time.Now}
+	c.w = csv.NewWriter(c.buf)
+	if st.Size() == 0 {
+		c.w.Write(csvHeader)
+	}
+	return c, c.flush()
+}
+
+// truncateAfter rewrites path without rows whose step exceeds step, via a
+// temporary file renamed into place.
+func truncateAfter(path string, step int64) error {
+	in, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	r := csv.NewReader(bufio.NewReader(in))
+	tmp := path + ".tmp"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	w := csv.NewWriter(out)
+	for line := 1; ; line++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			out.Close()
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if line > 1 {
+			s, err := strconv.ParseInt(rec[0], 10, 64)
+			if err != nil {
+				out.Close()
+				return fmt.Errorf("%s:%d: step %q is not an integer", path, line, rec[0])
+			}
+			if s > step {
+				continue
+			}
+		}
+		w.Write(rec)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Log appends one row per metric and flushes them to the file.
+func (c *CSV) Log(step int64, metrics map[string]float64) error {
+	ts := strconv.FormatFloat(float64(c.now().UnixMilli())/1000, 'f', 3, 64)
+	s := strconv.FormatInt(step, 10)
+	for _, k := range sortedKeys(metrics) {
+		c.w.Write([]string{s, k, formatValue(metrics[k]), ts})
+	}
+	return c.flush()
+}
+
+func formatValue(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "nan"
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+func (c *CSV) flush() error {
+	c.w.Flush()
+	if err := c.w.Error(); err != nil {
+		return err
+	}
+	return c.buf.Flush()
+}
+
+// Close flushes and closes the file.
+func (c *CSV) Close() error {
+	err := c.flush()
+	if cerr := c.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
