@@ -1,0 +1,409 @@
+// Package images loads ImageNet-style classification data for ResNet-50:
+// class folders or file lists of JPEG and PNG files, RandomResizedCrop and
+// horizontal flip for training, resize-then-center-crop for validation,
+// normalised float32 in NCHW or NHWC. JPEGs decode through libjpeg-turbo
+// with DCT scaling and cropping, which BenchmarkDecode measures at several
+// times Go's image/jpeg.
+package images
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ortrain/ortrain/training/data"
+)
+
+// Item is one image and its class.
+type Item struct {
+	Path  string
+	Label int
+}
+
+// Folders lists root/<class>/<image> with classes numbered in sorted order,
+// as torchvision's ImageFolder does. Files other than .jpg, .jpeg and .png
+// (any case) are ignored.
+func Folders(root string) ([]Item, []string, error) {
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	var items []Item
+	var classes []string
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(root, d.Name()))
+		if err != nil {
+			return nil, nil, err
+		}
+		label := len(classes)
+		classes = append(classes, d.Name())
+		for _, f := range files {
+			if ext := strings.ToLower(filepath.Ext(f.Name())); !f.IsDir() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png") {
+				items = append(items, Item{filepath.Join(root, d.Name(), f.Name()), label})
+			}
+		}
+	}
+	if len(items) == 0 {
+		return nil, nil, fmt.Errorf("%s: no .jpg, .jpeg or .png files in class folders", root)
+	}
+	return items, classes, nil
+}
+
+// List reads a file list: lines of "path label", paths relative to root.
+func List(path, root string) ([]Item, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var items []Item
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		label, err := -1, error(nil)
+		if len(fields) == 2 {
+			label, err = strconv.Atoi(fields[1])
+		}
+		if len(fields) != 2 || err != nil || label < 0 {
+			return nil, fmt.Errorf("%s:%d: want \"path label\" with a label ≥ 0, got %q", filepath.Base(path), line, sc.Text())
+		}
+		items = append(items, Item{filepath.Join(root, fields[0]), label})
+	}
+	return items, sc.Err()
+}
+
+// Layout is the order of an image tensor's dimensions.
+type Layout int
+
+// The two layouts ONNX models of ResNet-50 take.
+const (
+	NCHW Layout = iota
+	NHWC
+)
+
+// Decoder picks the JPEG decoder.
+type Decoder int
+
+// LibJPEGTurbo is the default: several times faster (BenchmarkDecode).
+const (
+	LibJPEGTurbo Decoder = iota
+	GoJPEG
+)
+
+// Config sets up a Dataset; zero fields take the ImageNet defaults.
+type Config struct {
+	// Train selects RandomResizedCrop(Size, scale 0.08–1, ratio 3/4–4/3)
+	// and a random horizontal flip; otherwise the shorter side is resized
+	// to Resize and the center Size×Size cropped.
+	Train   bool
+	Size    int // 224
+	Resize  int // 256
+	Layout  Layout
+	Mean    [3]float32 // ImageNet's, on [0, 1] pixels
+	Std     [3]float32
+	Decoder Decoder
+}
+
+// Dataset is a data.Dataset of "image" float32 [3, Size, Size] (or
+// [Size, Size, 3] for NHWC) and "label" int64 (a scalar: [N] once batched).
+type Dataset struct {
+	items []Item
+	cfg   Config
+	// scratch keeps per-goroutine decode buffers so that warm loading does
+	// not allocate them per image.
+	scratch sync.Pool
+}
+
+// New checks cfg and fills in defaults.
+func New(items []Item, cfg Config) (*Dataset, error) {
+	if len(items) == 0 {
+		return nil, fmt.Errorf("images: no images")
+	}
+	if cfg.Size == 0 {
+		cfg.Size = 224
+	}
+	if cfg.Resize == 0 {
+		cfg.Resize = 256
+	}
+	if cfg.Std == ([3]float32{}) {
+		cfg.Mean, cfg.Std = [3]float32{0.485, 0.456, 0.406}, [3]float32{0.229, 0.224, 0.225}
+	}
+	if cfg.Size < 1 || cfg.Resize < cfg.Size {
+		return nil, fmt.Errorf("images: crop %d from resize %d", cfg.Size, cfg.Resize)
+	}
+	return &Dataset{items: items, cfg: cfg, scratch: sync.Pool{New: func() any { return new(scratch) }}}, nil
+}
+
+type scratch struct {
+	file, rgb []byte
+	taps      []tap
+}
+
+// Len is the number of images.
+func (d *Dataset) Len() int { return len(d.items) }
+
+// Spec is the image and its label.
+func (d *Dataset) Spec() []data.TensorSpec {
+	s := d.cfg.Size
+	shape := []int{3, s, s}
+	if d.cfg.Layout == NHWC {
+		shape = []int{s, s, 3}
+	}
+	return []data.TensorSpec{{Name: "image", DType: data.Float32, Shape: shape}, {Name: "label", DType: data.Int64}}
+}
+
+// Load decodes, crops, flips and normalises image i.
+func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
+	it := d.items[i]
+	sc := d.scratch.Get().(*scratch)
+	defer d.scratch.Put(sc)
+	f, err := os.Open(it.Path)
+	if err != nil {
+		return err
+	}
+	sc.file, err = readAll(f, sc.file[:0])
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(it.Path), err)
+	}
+	var reg region
+	reg, sc.rgb, err = d.decode(sc.file, rng, sc.rgb)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(it.Path), err)
+	}
+	flip := d.cfg.Train && rng.IntN(2) == 1
+	d.resample(reg, flip, sc, dst[0].F32)
+	dst[1].I64[0] = int64(it.Label)
+	return nil
+}
+
+// readAll reads f into buf, reusing its capacity.
+func readAll(f *os.File, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, max(cap(buf), 64<<10))
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// region is a crop of decoded RGB pixels: rows of stride bytes, the crop
+// starting at fractional pixel (x, y) with size w × h.
+type region struct {
+	pix        []byte
+	stride     int
+	cols, rows int // pixels held
+	x, y, w, h float64
+}
+
+// decode picks the crop in source pixels, decodes as little of the image as
+// the crop needs and returns the crop as a region of RGB pixels.
+func (d *Dataset) decode(file []byte, rng *rand.Rand, buf []byte) (region, []byte, error) {
+	isJPEG := len(file) > 2 && file[0] == 0xff && file[1] == 0xd8
+	if isJPEG && d.cfg.Decoder == LibJPEGTurbo {
+		W, H, err := turboInfo(file)
+		if err != nil {
+			return region{}, buf, err
+		}
+		x, y, w, h := d.crop(W, H, rng)
+		// The smallest DCT scale num/8 that keeps the crop at least Size
+		// pixels on both sides: decoding at lower resolution is cheaper.
+		num := 8
+		for n := 1; n < 8; n++ {
+			if w*float64(n)/8 >= float64(d.cfg.Size) && h*float64(n)/8 >= float64(d.cfg.Size) {
+				num = n
+				break
+			}
+		}
+		s := float64(num) / 8
+		sw, sh := (W*num+7)/8, (H*num+7)/8
+		// One pixel of margin: bilinear taps at the crop's edge.
+		x0, y0 := max(min(int(x*s), sw-1)-1, 0), max(min(int(y*s), sh-1)-1, 0)
+		x1, y1 := min(int(math.Ceil((x+w)*s))+1, sw), min(int(math.Ceil((y+h)*s))+1, sh)
+		rgb, ox, ow, err := turboDecode(file, num, x0, y0, x1-x0, y1-y0, buf)
+		if err != nil {
+			return region{}, rgb, err
+		}
+		return region{pix: rgb, stride: 3 * ow, cols: ow, rows: y1 - y0, x: x*s - float64(ox), y: y*s - float64(y0), w: w * s, h: h * s}, rgb, nil
+	}
+	var img image.Image
+	var err error
+	if isJPEG {
+		img, err = jpeg.Decode(bytes.NewReader(file))
+	} else {
+		img, err = png.Decode(bytes.NewReader(file))
+	}
+	if err != nil {
+		return region{}, buf, err
+	}
+	b := img.Bounds()
+	x, y, w, h := d.crop(b.Dx(), b.Dy(), rng)
+	x0, y0 := max(int(x)-1, 0), max(int(y)-1, 0)
+	x1, y1 := min(int(math.Ceil(x+w))+1, b.Dx()), min(int(math.Ceil(y+h))+1, b.Dy())
+	buf = toRGB(img, image.Rect(x0, y0, x1, y1).Add(b.Min), buf)
+	return region{pix: buf, stride: 3 * (x1 - x0), cols: x1 - x0, rows: y1 - y0, x: x - float64(x0), y: y - float64(y0), w: w, h: h}, buf, nil
+}
+
+// crop is the source rectangle that becomes the Size×Size output.
+func (d *Dataset) crop(W, H int, rng *rand.Rand) (x, y, w, h float64) {
+	if d.cfg.Train {
+		return randomResizedCrop(W, H, rng)
+	}
+	// Resize the shorter side to Resize, then take the center Size: in
+	// source pixels, a center square of short×Size/Resize.
+	side := float64(min(W, H)) * float64(d.cfg.Size) / float64(d.cfg.Resize)
+	return (float64(W) - side) / 2, (float64(H) - side) / 2, side, side
+}
+
+// randomResizedCrop follows torchvision: ten tries at an area of 8–100% and
+// a log-uniform aspect ratio of 3/4–4/3, then the whole image's center
+// clamped to that ratio range.
+func randomResizedCrop(W, H int, rng *rand.Rand) (x, y, w, h float64) {
+	area := float64(W * H)
+	for range 10 {
+		a := area * (0.08 + 0.92*rng.Float64())
+		r := math.Exp(math.Log(3.0/4) + (math.Log(4.0/3)-math.Log(3.0/4))*rng.Float64())
+		cw, ch := math.Round(math.Sqrt(a*r)), math.Round(math.Sqrt(a/r))
+		if cw >= 1 && ch >= 1 && cw <= float64(W) && ch <= float64(H) {
+			return float64(rng.IntN(W - int(cw) + 1)), float64(rng.IntN(H - int(ch) + 1)), cw, ch
+		}
+	}
+	w, h = float64(W), float64(H)
+	switch r := w / h; {
+	case r < 3.0/4:
+		h = math.Round(w * 4 / 3)
+	case r > 4.0/3:
+		w = math.Round(h * 4 / 3)
+	}
+	return (float64(W) - w) / 2, (float64(H) - h) / 2, w, h
+}
+
+// resample maps the region's crop to Size×Size with bilinear filtering
+// (pixel centres aligned, as torchvision's resize), flips, normalises and
+// writes the layout. It is half the cost of a sample after decoding, so the
+// per-column taps are tabulated once and the inner loop has no branches.
+func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
+	S := d.cfg.Size
+	var scale, bias [3]float32
+	for c := range 3 {
+		scale[c] = 1 / (255 * d.cfg.Std[c])
+		bias[c] = -d.cfg.Mean[c] / d.cfg.Std[c]
+	}
+	// Column taps: byte offsets of the left and right neighbours, weight of
+	// the right one, ordered by output position after the flip.
+	sc.taps = slices.Grow(sc.taps[:0], S)[:S]
+	sx, sy := r.w/float64(S), r.h/float64(S)
+	for ox := range S {
+		fx := min(max(r.x+(float64(ox)+0.5)*sx-0.5, 0), float64(r.cols-1))
+		i := min(int(fx), max(r.cols-2, 0))
+		i1 := min(i+1, r.cols-1)
+		dx := ox
+		if flip {
+			dx = S - 1 - ox
+		}
+		sc.taps[dx] = tap{int32(3 * i), int32(3 * i1), float32(fx - float64(i))}
+	}
+	plane := S * S
+	for oy := range S {
+		fy := min(max(r.y+(float64(oy)+0.5)*sy-0.5, 0), float64(r.rows-1))
+		j := min(int(fy), max(r.rows-2, 0))
+		j1 := min(j+1, r.rows-1)
+		wy := float32(fy - float64(j))
+		row0 := r.pix[j*r.stride : j*r.stride+r.stride]
+		row1 := r.pix[j1*r.stride : j1*r.stride+r.stride]
+		if d.cfg.Layout == NHWC {
+			o := out[oy*S*3 : (oy+1)*S*3]
+			for dx, t := range sc.taps {
+				for c := range 3 {
+					o[3*dx+c] = lerp2(row0, row1, t, wy, c)*scale[c] + bias[c]
+				}
+			}
+			continue
+		}
+		oR := out[oy*S : oy*S+S]
+		oG := out[plane+oy*S : plane+oy*S+S]
+		oB := out[2*plane+oy*S : 2*plane+oy*S+S]
+		for dx, t := range sc.taps {
+			oR[dx] = lerp2(row0, row1, t, wy, 0)*scale[0] + bias[0]
+			oG[dx] = lerp2(row0, row1, t, wy, 1)*scale[1] + bias[1]
+			oB[dx] = lerp2(row0, row1, t, wy, 2)*scale[2] + bias[2]
+		}
+	}
+}
+
+// tap is one output column's horizontal filter.
+type tap struct {
+	i0, i1 int32
+	w      float32
+}
+
+// lerp2 is the bilinear value of channel c between two rows.
+func lerp2(row0, row1 []byte, t tap, wy float32, c int) float32 {
+	a0, a1 := float32(row0[int(t.i0)+c]), float32(row0[int(t.i1)+c])
+	b0, b1 := float32(row1[int(t.i0)+c]), float32(row1[int(t.i1)+c])
+	a := a0 + t.w*(a1-a0)
+	return a + wy*(b0+t.w*(b1-b0)-a)
+}
+
+// toRGB copies rect of img into buf as packed RGB, with a fast path for
+// the YCbCr images image/jpeg returns.
+func toRGB(img image.Image, rect image.Rectangle, buf []byte) []byte {
+	n := 3 * rect.Dx() * rect.Dy()
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	i := 0
+	if yc, ok := img.(*image.YCbCr); ok {
+		for y := rect.Min.Y; y < rect.Max.Y; y++ {
+			for x := rect.Min.X; x < rect.Max.X; x++ {
+				yi, ci := yc.YOffset(x, y), yc.COffset(x, y)
+				r, g, b := ycbcrToRGB(yc.Y[yi], yc.Cb[ci], yc.Cr[ci])
+				buf[i], buf[i+1], buf[i+2] = r, g, b
+				i += 3
+			}
+		}
+		return buf
+	}
+	for y := rect.Min.Y; y < rect.Max.Y; y++ {
+		for x := rect.Min.X; x < rect.Max.X; x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			buf[i], buf[i+1], buf[i+2] = byte(r>>8), byte(g>>8), byte(b>>8)
+			i += 3
+		}
+	}
+	return buf
+}
+
+// ycbcrToRGB is JFIF's conversion in 16.16 fixed point.
+func ycbcrToRGB(y, cb, cr uint8) (uint8, uint8, uint8) {
+	yy := int32(y) << 16
+	b1, r1 := int32(cb)-128, int32(cr)-128
+	clamp := func(v int32) uint8 { return uint8(min(max((v+1<<15)>>16, 0), 255)) }
+	return clamp(yy + 91881*r1), clamp(yy - 22554*b1 - 46802*r1), clamp(yy + 116130*b1)
+}

@@ -1,0 +1,239 @@
+package images
+
+import (
+	"image"
+	"image/color"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/data/synthetic"
+)
+
+// load runs one sample through Load.
+func load(t testing.TB, ds *Dataset, i int, seed uint64) ([]float32, int64, error) {
+	t.Helper()
+	spec := ds.Spec()
+	img := make([]float32, spec[0].Elems())
+	label := make([]int64, 1)
+	s := data.Sample{{Name: "image", DType: data.Float32, F32: img}, {Name: "label", DType: data.Int64, I64: label}}
+	err := ds.Load(i, rand.New(rand.NewPCG(seed, 0)), s)
+	return img, label[0], err
+}
+
+func TestFoldersAndLists(t *testing.T) {
+	root := t.TempDir()
+	if _, err := synthetic.WriteImageFolder(root, 3, 4, 64, 48, 1); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "class01", "notes.txt"), []byte("not an image"), 0o644)
+	items, classes, err := Folders(root)
+	if err != nil || len(items) != 12 || len(classes) != 3 || classes[2] != "class02" || items[11].Label != 2 {
+		t.Fatalf("Folders: %d items, classes %v, %v", len(items), classes, err)
+	}
+	list := filepath.Join(root, "val.txt")
+	os.WriteFile(list, []byte("class00/img000.jpg 0\n\nclass02/img003.png 2\n"), 0o644)
+	got, err := List(list, root)
+	if err != nil || len(got) != 2 || got[1] != (Item{filepath.Join(root, "class02/img003.png"), 2}) {
+		t.Errorf("List: %v, %v", got, err)
+	}
+	os.WriteFile(list, []byte("class00/img000.jpg 0\nclass00/img001.jpg cat\n"), 0o644)
+	if _, err := List(list, root); err == nil || !strings.HasPrefix(err.Error(), "val.txt:2: ") {
+		t.Errorf("bad list line: %v", err)
+	}
+}
+
+// TestValidationTransform checks resize-256/center-224 and normalisation on
+// a PNG whose red channel is its x coordinate: the output's red must be the
+// source column it samples, through ImageNet's mean and std.
+func TestValidationTransform(t *testing.T) {
+	dir := t.TempDir()
+	img := image.NewRGBA(image.Rect(0, 0, 256, 128))
+	for y := range 128 {
+		for x := range 256 {
+			img.Set(x, y, color.RGBA{uint8(x), 100, 200, 255})
+		}
+	}
+	p := filepath.Join(dir, "ramp.png")
+	if err := synthetic.WriteImage(p, img); err != nil {
+		t.Fatal(err)
+	}
+	for _, layout := range []Layout{NCHW, NHWC} {
+		ds, _ := New([]Item{{p, 7}}, Config{Layout: layout})
+		out, label, err := load(t, ds, 0, 0)
+		if err != nil || label != 7 {
+			t.Fatal(err, label)
+		}
+		at := func(c, y, x int) float32 {
+			if layout == NHWC {
+				return out[(y*224+x)*3+c]
+			}
+			return out[c*224*224+y*224+x]
+		}
+		// Short side 128 → 256 is a factor 2; the 224 center is source
+		// columns 72–184, so output column x samples source 72 + x/2.
+		for _, x := range []int{0, 100, 223} {
+			src := 72 + (float64(x)+0.5)/2 - 0.5
+			want := float32((src/255 - 0.485) / 0.229)
+			if got := at(0, 50, x); math.Abs(float64(got-want)) > 1e-4 {
+				t.Errorf("layout %d: red at x=%d is %v, want %v", layout, x, got, want)
+			}
+		}
+		if got, want := at(2, 10, 10), float32((200.0/255-0.406)/0.225); math.Abs(float64(got-want)) > 1e-5 {
+			t.Errorf("blue %v, want %v", got, want)
+		}
+	}
+}
+
+// TestDecodersAgree: libjpeg-turbo with DCT scaling and crop, and Go's full
+// decode, give nearly the same validation crop of a photo-like JPEG.
+func TestDecodersAgree(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "photo.jpg")
+	if err := synthetic.WriteImage(p, synthetic.Photo(500, 375, 3, rand.New(rand.NewPCG(1, 2)))); err != nil {
+		t.Fatal(err)
+	}
+	gray := image.NewGray(image.Rect(0, 0, 300, 260))
+	for i := range gray.Pix {
+		gray.Pix[i] = uint8(i * 7)
+	}
+	g := filepath.Join(dir, "gray.jpg")
+	if err := synthetic.WriteImage(g, gray); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{p, g} {
+		turbo, _ := New([]Item{{f, 0}}, Config{})
+		goDec, _ := New([]Item{{f, 0}}, Config{Decoder: GoJPEG})
+		a, _, err := load(t, turbo, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := load(t, goDec, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var diff float64
+		for i := range a {
+			diff += math.Abs(float64(a[i] - b[i]))
+		}
+		// In normalised units (1/255/0.226 ≈ 0.017 per grey level): the
+		// DCT-scaled decode averages the photo's pixel noise (σ ≈ 24 levels)
+		// differently from bilinear taps, some 6 levels on average.
+		if mean := diff / float64(len(a)); mean > 0.15 {
+			t.Errorf("%s: decoders differ by %.3f on average", filepath.Base(f), mean)
+		}
+	}
+}
+
+func TestTrainingCropsAreRandomButReproducible(t *testing.T) {
+	root := t.TempDir()
+	if _, err := synthetic.WriteImageFolder(root, 1, 1, 500, 375, 1); err != nil {
+		t.Fatal(err)
+	}
+	items, _, _ := Folders(root)
+	ds, _ := New(items, Config{Train: true})
+	a, _, _ := load(t, ds, 0, 5)
+	b, _, _ := load(t, ds, 0, 5)
+	c, _, _ := load(t, ds, 0, 6)
+	if !equal(a, b) || equal(a, c) {
+		t.Error("same seed should give the same crop and another seed another")
+	}
+	flips := 0
+	for seed := range uint64(200) {
+		x, y, w, h := randomResizedCrop(500, 375, rand.New(rand.NewPCG(seed, 0)))
+		area, ratio := w*h/(500*375), w/h
+		if x < 0 || y < 0 || x+w > 500 || y+h > 375 || area < 0.08-1e-2 || ratio < 0.74 || ratio > 1.34 {
+			t.Fatalf("crop %v %v %v %v: area %.3f ratio %.3f", x, y, w, h, area, ratio)
+		}
+		if rand.New(rand.NewPCG(seed, 1)).IntN(2) == 1 {
+			flips++
+		}
+	}
+	if flips < 70 || flips > 130 {
+		t.Errorf("%d flips in 200", flips)
+	}
+}
+
+func equal(a, b []float32) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCorruptImagesAreErrorsNamingTheFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.jpg")
+	synthetic.WriteImage(good, synthetic.Photo(200, 150, 0, rand.New(rand.NewPCG(1, 1))))
+	raw, _ := os.ReadFile(good)
+	goodPNG := filepath.Join(dir, "good.png")
+	synthetic.WriteImage(goodPNG, synthetic.Photo(64, 64, 0, rand.New(rand.NewPCG(1, 1))))
+	rawPNG, _ := os.ReadFile(goodPNG)
+	garbled := append([]byte{}, raw...)
+	for i := 600; i < len(garbled); i += 37 {
+		garbled[i] ^= 0x5a
+	}
+	files := map[string][]byte{
+		"empty.jpg":     {},
+		"cut.jpg":       raw[:len(raw)/2],
+		"header.jpg":    raw[:300],
+		"garbled.jpg":   garbled,
+		"cut.png":       rawPNG[:len(rawPNG)/2],
+		"text.jpg":      []byte("hello"),
+		"fakejpeg.jpeg": {0xff, 0xd8, 0xff},
+	}
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b, 0o644)
+		for _, dec := range []Decoder{LibJPEGTurbo, GoJPEG} {
+			ds, _ := New([]Item{{p, 0}}, Config{Train: true, Decoder: dec})
+			_, _, err := load(t, ds, 0, 1)
+			if name == "garbled.jpg" && err == nil {
+				continue // flipped entropy-coded bits can still decode, to noise
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), name+": ") {
+				t.Errorf("%s with decoder %d: %v", name, dec, err)
+			}
+		}
+	}
+	// Through the loader: skipped and counted.
+	items := []Item{{good, 0}, {filepath.Join(dir, "cut.jpg"), 1}, {good, 2}}
+	ds, _ := New(items, Config{Size: 32, Resize: 40})
+	l, _ := data.New(ds, data.Config{BatchSize: 3, Workers: 2, MaxBytes: 1 << 20, SkipBadFiles: true})
+	b, err := l.Next()
+	if err != nil || b.Skipped != 1 || len(b.Indices) != 2 || b.Tensor("label").I64[1] != 2 {
+		t.Errorf("skipping a truncated JPEG: %v", err)
+	}
+	l.Close()
+}
+
+func TestLoaderBatchesImages(t *testing.T) {
+	root := t.TempDir()
+	if _, err := synthetic.WriteImageFolder(root, 2, 6, 160, 120, 1); err != nil {
+		t.Fatal(err)
+	}
+	items, _, _ := Folders(root)
+	ds, _ := New(items, Config{Train: true, Size: 64, Resize: 72, Layout: NHWC})
+	l, err := data.New(ds, data.Config{BatchSize: 4, Workers: 2, Prefetch: 1, MaxBytes: 1 << 20, Shuffle: true, Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, n := time.Now(), 0
+	for b, err := l.Next(); err == nil; b, err = l.Next() {
+		if got := b.Tensor("image").Shape; got[0] != 4 || got[1] != 64 || got[3] != 3 {
+			t.Errorf("image batch shape %v", got)
+		}
+		n += len(b.Indices)
+	}
+	if n != 12 {
+		t.Errorf("%d images in an epoch of 12", n)
+	}
+	t.Logf("12 images in %v", time.Since(start))
+}

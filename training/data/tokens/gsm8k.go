@@ -1,0 +1,115 @@
+package tokens
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Example is one GSM8K record: a question and an answer whose worked steps
+// end in a "#### <final answer>" line. Plan is optional; without it the plan
+// is derived from the answer (see PlanText).
+type Example struct {
+	Question string `json:"question"`
+	Answer   string `json:"answer"`
+	Plan     string `json:"plan,omitempty"`
+}
+
+// Final is the text after the answer's "####".
+func (e Example) Final() string {
+	_, f, _ := strings.Cut(e.Answer, "####")
+	return strings.TrimSpace(f)
+}
+
+var calc = regexp.MustCompile(`<<([^<>]*)>>`)
+
+// PlanText is the example's plan for HDP-Diffusion's plan segment: the
+// record's own "plan" when it has one, else the answer's calculator
+// annotations (<<48/2=24>>), one per line, and the "#### n" line: the
+// skeleton of the solution that the execution segment then writes out.
+func (e Example) PlanText() string {
+	if e.Plan != "" {
+		return e.Plan
+	}
+	var b strings.Builder
+	for _, m := range calc.FindAllStringSubmatch(e.Answer, -1) {
+		b.WriteString(m[1])
+		b.WriteByte('\n')
+	}
+	b.WriteString("#### ")
+	b.WriteString(e.Final())
+	return b.String()
+}
+
+// ReadGSM8K reads a GSM8K-format JSONL file. A bad line (not a JSON object,
+// missing question or answer, no "####" line) is an error naming the file
+// and line, or, with skipBad, is skipped and counted.
+func ReadGSM8K(path string, skipBad bool) ([]Example, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	return ParseGSM8K(filepath.Base(path), f, skipBad)
+}
+
+// maxLine bounds a JSONL line; GSM8K's longest is under 2 KB.
+const maxLine = 1 << 20
+
+// ParseGSM8K reads GSM8K-format JSONL from r; name is used in errors.
+func ParseGSM8K(name string, r io.Reader, skipBad bool) ([]Example, int, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	var out []Example
+	skipped := 0
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		e, err := parseLine(b)
+		if err != nil {
+			if !skipBad {
+				return nil, skipped, fmt.Errorf("%s:%d: %v", name, line, err)
+			}
+			skipped++
+			continue
+		}
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		if err == bufio.ErrTooLong {
+			return nil, skipped, fmt.Errorf("%s:%d: line longer than %d bytes", name, line+1, maxLine)
+		}
+		return nil, skipped, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, skipped, nil
+}
+
+func parseLine(b []byte) (Example, error) {
+	var e Example
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&e); err != nil {
+		return e, fmt.Errorf("not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return e, fmt.Errorf("more than one JSON value on the line")
+	}
+	switch {
+	case strings.TrimSpace(e.Question) == "":
+		return e, fmt.Errorf("no question")
+	case strings.TrimSpace(e.Answer) == "":
+		return e, fmt.Errorf("no answer")
+	case !strings.Contains(e.Answer, "####"):
+		return e, fmt.Errorf(`answer has no "####" line with the final answer`)
+	}
+	return e, nil
+}

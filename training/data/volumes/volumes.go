@@ -1,0 +1,286 @@
+// Package volumes turns NIfTI volumes into the patches a 3D VQ-GAN trains
+// on: intensity windowed to [-1, 1], cut on a grid of patch size and stride
+// that covers the edges, split into train and validation by patient, with a
+// cache of decoded volumes so that gzip is paid once per volume.
+package volumes
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/data/nifti"
+)
+
+// Window maps intensities [Low, High] (a CT window in HU, say [-1000, 1000])
+// linearly to [-1, 1], clamping outside. The zero Window maps each volume's
+// own minimum and maximum instead.
+type Window struct {
+	Low, High float32
+}
+
+// Config sets up a Dataset. Sizes are in voxels, x first, as in NIfTI.
+type Config struct {
+	// Files are the .nii or .nii.gz volumes (see Find).
+	Files []string
+	// Patient names the patient a file belongs to; the split keeps all of a
+	// patient's files on one side. Nil means the file name without
+	// .nii/.nii.gz: one file per patient.
+	Patient func(path string) string
+	// TrainSplit is the fraction of patients in the training split, in
+	// (0, 1]; Val selects the other side.
+	TrainSplit float64
+	Val        bool
+	// SplitSeed shuffles the patients before the split and MaxPatients.
+	SplitSeed uint64
+	// MaxPatients keeps only the first so many shuffled patients; 0 keeps
+	// all.
+	MaxPatients int
+	PatchSize   [3]int
+	Stride      [3]int
+	Window      Window
+	// CacheBytes bounds the decoded-volume cache. It must hold the largest
+	// volume (as float32); a cache holding all volumes decodes each once.
+	CacheBytes int64
+	// SkipBadFiles drops files whose header is bad, instead of failing.
+	SkipBadFiles bool
+}
+
+// patch is one sample: a volume and the patch's corner in it.
+type patch struct {
+	vol     int
+	x, y, z int
+}
+
+// Dataset is a data.Dataset of patches: tensor "volume", float32
+// [1, PatchSize z, PatchSize y, PatchSize x] (NCDHW once batched, x fastest
+// as in the file), with "index" int64 [4] = (volume, x, y, z) so that
+// evaluation can put patches back.
+type Dataset struct {
+	cfg      Config
+	files    []string
+	headers  []nifti.Header
+	patients []string
+	patches  []patch
+	skipped  []error
+	cache    *cache
+}
+
+// New reads the headers of cfg.Files, splits by patient and lays out the
+// patches.
+func New(cfg Config) (*Dataset, error) {
+	for i := range 3 {
+		if cfg.PatchSize[i] < 1 || cfg.Stride[i] < 1 {
+			return nil, fmt.Errorf("volumes: patch size %v and stride %v must be ≥ 1", cfg.PatchSize, cfg.Stride)
+		}
+	}
+	if !(cfg.TrainSplit > 0 && cfg.TrainSplit <= 1) {
+		return nil, fmt.Errorf("volumes: train split %v, want in (0, 1]", cfg.TrainSplit)
+	}
+	if cfg.Window.High < cfg.Window.Low || (cfg.Window.High == cfg.Window.Low && cfg.Window.Low != 0) {
+		return nil, fmt.Errorf("volumes: window [%v, %v] is empty", cfg.Window.Low, cfg.Window.High)
+	}
+	patient := cfg.Patient
+	if patient == nil {
+		patient = fileID
+	}
+	byPatient := map[string][]string{}
+	for _, f := range cfg.Files {
+		id := patient(f)
+		byPatient[id] = append(byPatient[id], f)
+	}
+	ids := make([]string, 0, len(byPatient))
+	for id := range byPatient {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	rand.New(rand.NewPCG(cfg.SplitSeed, 0x5eed)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	if cfg.MaxPatients > 0 && len(ids) > cfg.MaxPatients {
+		ids = ids[:cfg.MaxPatients]
+	}
+	nTrain := int(math.Round(cfg.TrainSplit * float64(len(ids))))
+	if cfg.Val {
+		ids = ids[nTrain:]
+	} else {
+		ids = ids[:nTrain]
+	}
+	slices.Sort(ids)
+
+	d := &Dataset{cfg: cfg, patients: ids}
+	var largest int64
+	for _, id := range ids {
+		files := byPatient[id]
+		slices.Sort(files)
+		for _, f := range files {
+			h, err := nifti.ReadHeader(f)
+			if err == nil && h.Voxels() != h.Dim[1]*h.Dim[2]*h.Dim[3] {
+				err = fmt.Errorf("%s: %d-D volume %v, want 3-D", filepath.Base(f), h.Dim[0], h.Shape())
+			}
+			if err != nil {
+				if !cfg.SkipBadFiles {
+					return nil, err
+				}
+				d.skipped = append(d.skipped, err)
+				continue
+			}
+			v := len(d.files)
+			d.files = append(d.files, f)
+			d.headers = append(d.headers, h)
+			largest = max(largest, 4*h.Voxels())
+			for _, z := range Grid(int(h.Dim[3]), cfg.PatchSize[2], cfg.Stride[2]) {
+				for _, y := range Grid(int(h.Dim[2]), cfg.PatchSize[1], cfg.Stride[1]) {
+					for _, x := range Grid(int(h.Dim[1]), cfg.PatchSize[0], cfg.Stride[0]) {
+						d.patches = append(d.patches, patch{v, x, y, z})
+					}
+				}
+			}
+		}
+	}
+	if len(d.patches) == 0 {
+		return nil, fmt.Errorf("volumes: no volumes among %d files for this split of %d patients", len(cfg.Files), len(ids))
+	}
+	if cfg.CacheBytes < largest {
+		return nil, fmt.Errorf("volumes: cache of %s cannot hold the largest decoded volume (%s)", data.FormatBytes(cfg.CacheBytes), data.FormatBytes(largest))
+	}
+	d.cache = newCache(cfg.CacheBytes, d.decode)
+	return d, nil
+}
+
+// Find lists the .nii and .nii.gz files under dir, sorted.
+func Find(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !e.IsDir() && (strings.HasSuffix(p, ".nii") || strings.HasSuffix(p, ".nii.gz")) {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ByDirectory is a Config.Patient for datasets with one folder per patient.
+func ByDirectory(path string) string { return filepath.Base(filepath.Dir(path)) }
+
+func fileID(path string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".gz"), ".nii")
+}
+
+// Grid is the start of each patch along an axis of size voxels: every
+// stride, and one more flush with the far edge so that the edge is covered.
+// An axis shorter than the patch gets one patch, padded.
+func Grid(size, patch, stride int) []int {
+	if size <= patch {
+		return []int{0}
+	}
+	var s []int
+	for x := 0; x+patch < size; x += stride {
+		s = append(s, x)
+	}
+	return append(s, size-patch)
+}
+
+// Len is the number of patches.
+func (d *Dataset) Len() int { return len(d.patches) }
+
+// Patients are the patients of this split, sorted.
+func (d *Dataset) Patients() []string { return d.patients }
+
+// Files are the volumes of this split, in the order of the "index" tensor.
+func (d *Dataset) Files() []string { return d.files }
+
+// Header is the header of volume v, for writing outputs with its geometry.
+func (d *Dataset) Header(v int) nifti.Header { return d.headers[v] }
+
+// Skipped are the errors of files dropped by SkipBadFiles.
+func (d *Dataset) Skipped() []error { return d.skipped }
+
+// CacheBytes is the cache bound, which the loader counts (data.Cacher).
+func (d *Dataset) CacheBytes() int64 { return d.cfg.CacheBytes }
+
+// Decodes counts the volumes decoded so far: the gzip paid.
+func (d *Dataset) Decodes() int64 { return d.cache.decodes.Load() }
+
+// Spec is the patch and its index.
+func (d *Dataset) Spec() []data.TensorSpec {
+	p := d.cfg.PatchSize
+	return []data.TensorSpec{
+		{Name: "volume", DType: data.Float32, Shape: []int{1, p[2], p[1], p[0]}},
+		{Name: "index", DType: data.Int64, Shape: []int{4}},
+	}
+}
+
+// Load copies patch i out of its (cached) volume, padding with -1 where a
+// volume is smaller than a patch.
+func (d *Dataset) Load(i int, _ *rand.Rand, dst data.Sample) error {
+	p := d.patches[i]
+	h := &d.headers[p.vol]
+	vol, release, err := d.cache.get(p.vol, 4*h.Voxels())
+	if err != nil {
+		return err
+	}
+	defer release()
+	nx, ny, nz := int(h.Dim[1]), int(h.Dim[2]), int(h.Dim[3])
+	px, py, pz := d.cfg.PatchSize[0], d.cfg.PatchSize[1], d.cfg.PatchSize[2]
+	out := dst[0].F32
+	w := min(px, nx-p.x)
+	for z := range pz {
+		for y := range py {
+			row := out[(z*py+y)*px : (z*py+y+1)*px]
+			if p.z+z >= nz || p.y+y >= ny {
+				fill(row, -1)
+				continue
+			}
+			off := ((p.z+z)*ny+p.y+y)*nx + p.x
+			copy(row, vol[off:off+w])
+			fill(row[w:], -1)
+		}
+	}
+	copy(dst[1].I64, []int64{int64(p.vol), int64(p.x), int64(p.y), int64(p.z)})
+	return nil
+}
+
+func fill(s []float32, v float32) {
+	for i := range s {
+		s[i] = v
+	}
+}
+
+// decode reads volume v and windows it to [-1, 1].
+func (d *Dataset) decode(v int) ([]float32, error) {
+	vol, err := nifti.Read(d.files[v])
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(vol.Header.Shape(), d.headers[v].Shape()) {
+		return nil, fmt.Errorf("%s: changed since the dataset was planned: now %v", filepath.Base(d.files[v]), vol.Header.Shape())
+	}
+	Apply(d.cfg.Window, vol.Data)
+	return vol.Data, nil
+}
+
+// Apply maps v in place to [-1, 1] through w (see Window).
+func Apply(w Window, v []float32) {
+	lo, hi := w.Low, w.High
+	if lo == 0 && hi == 0 && len(v) > 0 {
+		lo, hi = v[0], v[0]
+		for _, x := range v {
+			lo, hi = min(lo, x), max(hi, x)
+		}
+	}
+	if hi == lo {
+		fill(v, -1)
+		return
+	}
+	s := 2 / (hi - lo)
+	for i, x := range v {
+		v[i] = min(max((x-lo)*s-1, -1), 1)
+	}
+}
