@@ -179,10 +179,9 @@ func checkWindow(d [3]int, shape []int, win int, is3D bool) error {
 // Errors: shapes differ, a dimension smaller than the window, NaN or Inf in
 // an input, invalid options (DataRange not positive, even WinSize, ...).
 //
-// SSIM works slice by slice and filters separably; its working memory
-// besides the inputs is about (2r+2)·5·H·W float64 values (r the window
-// radius), 120 MB for 512×512 slices with the 11-sample Gaussian, whatever the
-// depth. Slices' rows are spread over all CPUs.
+// SSIM filters separably, one output slice at a time, spreading rows over
+// all CPUs; besides the inputs it needs 4·H·W float64 values (8 MB for
+// 512×512 slices), whatever the depth.
 func SSIM(x, y Volume, opt SSIMOptions) (float64, error) {
 	d, err := pairDims(x, y)
 	if err != nil {
@@ -204,84 +203,91 @@ func SSIM(x, y Volume, opt SSIMOptions) (float64, error) {
 // inside the volume. d is D×H×W with D = 1 for 2D; if is3D, D is filtered
 // too. Every filtered dimension must be at least len(p.taps).
 //
-// The five quantities x, y, x², y², xy are filtered along W for all rows of a
-// slice (buffer xb), then along H into one slot of a ring of 2rz+1 planes;
-// once the ring holds the 2rz+1 slices around an output slice, filtering
-// along D and the SSIM formula produce one sum per output row. Row sums go
-// into an exact sum, so the result does not depend on how rows are spread
-// over goroutines.
+// SSIM needs only four filtered quantities: x, y, x²+y² and xy (σx²+σy² =
+// f(x²+y²) - μx² - μy²). For each output slice, the four are filtered along D
+// straight from the inputs into zb (H×W each), then each output row is
+// filtered along H and W in per-goroutine buffers and reduced to a sum of
+// SSIM. The row sums go into an exact sum, so the result does not depend on
+// how rows are spread over goroutines. Working memory: 4·H·W float64 plus a
+// few rows per goroutine (8 MB for 512×512 slices), whatever the depth.
 func ssimMean[T float32 | float64](x, y []T, d [3]int, is3D bool, p *ssimParams) float64 {
-	taps := p.taps
-	r := len(taps) / 2
-	rz := 0
+	taps, ztaps := p.taps, []float64{1}
 	if is3D {
-		rz = r
+		ztaps = taps
 	}
+	r := len(taps) / 2
 	D, H, W := d[0], d[1], d[2]
-	Ho, Wo := H-2*r, W-2*r
-	nslot := 2*rz + 1
-	xb := make([]float64, 5*H*Wo)
-	ring := make([]float64, nslot*5*Ho*Wo)
-	ringRow := func(slot, k, row int) []float64 { return ring[((slot*5+k)*Ho+row)*Wo:][:Wo] }
+	Do, Ho, Wo := D-len(ztaps)+1, H-2*r, W-2*r
+	// Rows and planes of zb are padded so that they are not 4 KiB apart:
+	// with 512×512 slices the rows read together would otherwise all map to
+	// the same cache sets.
+	ws := W + 8
+	qs := H*ws + 16
+	zb := make([]float64, 4*qs)
 	rowSums := make([]float64, Ho)
 	var total exactSum
-	for z := range D {
+	for z := range Do {
 		parallelFor(H, func(lo, hi int) {
-			q := make([]float64, 5*W)
-			src := make([][]float64, len(taps))
 			for row := lo; row < hi; row++ {
-				xr, yr := x[(z*H+row)*W:][:W], y[(z*H+row)*W:][:W]
-				qx, qy, qxx, qyy, qxy := q[:W], q[W:2*W], q[2*W:3*W], q[3*W:4*W], q[4*W:5*W]
-				for i := range W {
-					a, b := float64(xr[i]), float64(yr[i])
-					qx[i], qy[i], qxx[i], qyy[i], qxy[i] = a, b, a*a, b*b, a*b
+				var dst [4][]float64
+				for k := range dst {
+					dst[k] = zb[k*qs+row*ws:][:W]
 				}
-				for k := range 5 {
-					qk := q[k*W : (k+1)*W]
-					for t := range taps {
-						src[t] = qk[t : t+Wo]
-					}
-					combine(xb[(k*H+row)*Wo:][:Wo], src, taps)
-				}
+				filterProducts(dst, x, y, (z*H+row)*W, H*W, ztaps)
 			}
 		})
-		slot := z % nslot
-		ready := z >= 2*rz
 		parallelFor(Ho, func(lo, hi int) {
+			yb := make([]float64, 4*W)
+			var u [4][]float64
+			for k := range u {
+				u[k] = make([]float64, Wo)
+			}
 			src := make([][]float64, len(taps))
-			zq := make([]float64, 5*Wo)
-			var u [5][]float64
 			for row := lo; row < hi; row++ {
-				for k := range 5 {
+				for k := range 4 {
 					for t := range taps {
-						src[t] = xb[(k*H+row+t)*Wo:][:Wo]
+						src[t] = zb[k*qs+(row+t)*ws:][:W]
 					}
-					combine(ringRow(slot, k, row), src, taps)
-				}
-				if !ready {
-					continue
-				}
-				for k := range 5 {
-					if rz == 0 {
-						u[k] = ringRow(slot, k, row)
-						continue
-					}
+					combine(yb[k*W:][:W], src, taps)
 					for t := range taps {
-						src[t] = ringRow((z-2*rz+t)%nslot, k, row)
+						src[t] = yb[k*W+t:][:Wo]
 					}
-					u[k] = zq[k*Wo : (k+1)*Wo]
 					combine(u[k], src, taps)
 				}
 				rowSums[row] = p.rowSum(u)
 			}
 		})
-		if ready {
-			for _, s := range rowSums {
-				total.add(s)
-			}
+		for _, s := range rowSums {
+			total.add(s)
 		}
 	}
-	return total.value() / float64((D-2*rz)*Ho*Wo)
+	return total.value() / float64(Do*Ho*Wo)
+}
+
+// filterProducts sets dst to x, y, x²+y² and xy filtered with the symmetric
+// taps along a line of rows: tap t reads the len(dst[0]) samples from
+// off+t·stride.
+func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride int, taps []float64) {
+	n := len(dst[0])
+	fx, fy, fs, fp := dst[0][:n], dst[1][:n], dst[2][:n], dst[3][:n]
+	r := len(taps) / 2
+	xc, yc, w := x[off+r*stride:][:n], y[off+r*stride:][:n], taps[r]
+	for i := range n {
+		a, b := float64(xc[i]), float64(yc[i])
+		fx[i], fy[i], fs[i], fp[i] = w*a, w*b, w*(a*a+b*b), w*(a*b)
+	}
+	for t := r - 1; t >= 0; t-- {
+		x1, y1 := x[off+t*stride:][:n], y[off+t*stride:][:n]
+		x2, y2 := x[off+(2*r-t)*stride:][:n], y[off+(2*r-t)*stride:][:n]
+		w := taps[t]
+		for i := range n {
+			a1, b1, a2, b2 := float64(x1[i]), float64(y1[i]), float64(x2[i]), float64(y2[i])
+			fx[i] += w * (a1 + a2)
+			fy[i] += w * (b1 + b2)
+			fs[i] += w * ((a1*a1 + b1*b1) + (a2*a2 + b2*b2))
+			fp[i] += w * (a1*b1 + a2*b2)
+		}
+	}
 }
 
 // combine sets dst[i] = Σ_t taps[t]·src[t][i] for a symmetric taps, pairing
@@ -301,28 +307,30 @@ func combine(dst []float64, src [][]float64, taps []float64) {
 	}
 }
 
-// rowSum returns the sum over one row of SSIM (or the contrast-structure term)
-// from the filtered x, y, x², y², xy in u, in scikit-image's order of
-// operations.
-func (p *ssimParams) rowSum(u [5][]float64) float64 {
+// rowSum returns the sum over one row of SSIM (or the contrast-structure
+// term) from the filtered x, y, x²+y², xy in u. The operations follow
+// scikit-image's, except that σx²+σy² comes from one filtered quantity; the
+// clamp at 0 (torchmetrics) applies to that sum. For x = y every term is
+// exactly 1.
+func (p *ssimParams) rowSum(u [4][]float64) float64 {
 	ux := u[0]
-	uy, uxx, uyy, uxy := u[1][:len(ux)], u[2][:len(ux)], u[3][:len(ux)], u[4][:len(ux)]
+	uy, us, up := u[1][:len(ux)], u[2][:len(ux)], u[3][:len(ux)]
 	var s float64
 	for i := range ux {
-		vx := p.covNorm * (uxx[i] - ux[i]*ux[i])
-		vy := p.covNorm * (uyy[i] - uy[i]*uy[i])
-		vxy := p.covNorm * (uxy[i] - ux[i]*uy[i])
+		sq := ux[i]*ux[i] + uy[i]*uy[i]
+		vsum := p.covNorm * (us[i] - sq)
+		vxy := p.covNorm * (up[i] - ux[i]*uy[i])
 		if p.clampVar {
-			vx, vy = max(vx, 0), max(vy, 0)
+			vsum = max(vsum, 0)
 		}
 		a2 := 2*vxy + p.c2
-		b2 := vx + vy + p.c2
+		b2 := vsum + p.c2
 		if p.contrast {
 			s += a2 / b2
 			continue
 		}
 		a1 := 2*ux[i]*uy[i] + p.c1
-		b1 := ux[i]*ux[i] + uy[i]*uy[i] + p.c1
+		b1 := sq + p.c1
 		s += (a1 * a2) / (b1 * b2)
 	}
 	return s
