@@ -244,7 +244,7 @@ func view(v *ort.Value) *ort.Value {
 		panic(err)
 	}
 	raw := ort.Data[uint8](u)
-	copy(raw, ort.RawBytes(v))
+	copy(raw, v.RawBytes())
 	return u
 }
 

@@ -43,6 +43,25 @@ func NewTensor[T Elem](shape []int64, data []T) (*Value, error) {
 	return v, nil
 }
 
+// NewTensorFromBytes allocates a host tensor and copies raw little-endian
+// element data into it, as safetensors and ONNX's raw_data store it.
+func NewTensorFromBytes(dtype DType, shape []int64, raw []byte) (*Value, error) {
+	v, err := NewEmpty(dtype, shape)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) != v.Bytes() {
+		v.Close()
+		return nil, fmt.Errorf("%v tensor of shape %v takes %d bytes, got %d", dtype, shape, v.Bytes(), len(raw))
+	}
+	copy(v.hostBytes(), raw)
+	return v, nil
+}
+
+// RawBytes returns a host tensor's data as bytes over ONNX Runtime's memory:
+// no copy, valid until the value is closed. It panics for device values.
+func (v *Value) RawBytes() []byte { return v.hostBytes() }
+
 // NewScalar allocates a host tensor of rank 0 holding x.
 func NewScalar[T Elem](x T) (*Value, error) { return NewTensor([]int64{}, []T{x}) }
 
