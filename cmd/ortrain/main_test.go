@@ -25,6 +25,8 @@ func TestExitCodes(t *testing.T) {
 		{"bad device", []string{"doctor", "--device", "tpu"}, 2, "bad value tpu for device"},
 		{"not built", []string{"train"}, 1, "not built yet"},
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
+		{"eval without volumes", []string{"eval"}, 2, "needs --input and --reference"},
+		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},
 	}
 	orttest.Init(t)
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
