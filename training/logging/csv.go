@@ -152,3 +152,58 @@ func (c *CSV) Close() error {
 	}
 	return err
 }
+
+// Series is one metric's history from metrics.csv, in file order.
+type Series struct {
+	Name  string
+	Step  []float64
+	Value []float64
+}
+
+// ReadCSV reads a metrics.csv that CSV wrote and returns one series per
+// metric name, in the order the names first appear.
+func ReadCSV(path string) ([]Series, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(bufio.NewReader(f))
+	r.FieldsPerRecord = -1
+	index := map[string]int{}
+	var out []Series
+	for line := 1; ; line++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if line == 1 {
+			if len(rec) < 3 || rec[0] != "step" || rec[1] != "name" || rec[2] != "value" {
+				return nil, fmt.Errorf("%s: header %q is not ortrain's step,name,value,time", path, rec)
+			}
+			continue
+		}
+		if len(rec) < 3 {
+			return nil, fmt.Errorf("%s:%d: %d fields, want step,name,value,time", path, line, len(rec))
+		}
+		step, err := strconv.ParseInt(rec[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: step %q is not an integer", path, line, rec[0])
+		}
+		v, err := strconv.ParseFloat(rec[2], 64) // also reads nan, inf, -inf
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: value %q of %s is not a number", path, line, rec[2], rec[1])
+		}
+		i, ok := index[rec[1]]
+		if !ok {
+			i = len(out)
+			index[rec[1]] = i
+			out = append(out, Series{Name: rec[1]})
+		}
+		out[i].Step = append(out[i].Step, float64(step))
+		out[i].Value = append(out[i].Value, v)
+	}
+}

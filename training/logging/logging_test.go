@@ -230,3 +230,30 @@ func TestMulti(t *testing.T) {
 	}
 
 }
+
+func TestReadCSVReadsWhatCSVWrote(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.csv")
+	c, err := OpenCSV(path, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Log(1, map[string]float64{"loss": 2, "lr": 0.1})
+	c.Log(2, map[string]float64{"loss": math.NaN()})
+	c.Log(4, map[string]float64{"loss": 0.5, "val/loss": 0.7})
+	c.Close()
+	got, err := ReadCSV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Name != "loss" || got[1].Name != "lr" || got[2].Name != "val/loss" {
+		t.Fatalf("series %+v, want loss, lr, val/loss in first-seen order", got)
+	}
+	loss := got[0]
+	if len(loss.Step) != 3 || loss.Step[2] != 4 || loss.Value[0] != 2 || !math.IsNaN(loss.Value[1]) || loss.Value[2] != 0.5 {
+		t.Errorf("loss series %+v, want steps 1 2 4 with 2 NaN 0.5", loss)
+	}
+	os.WriteFile(path, []byte("step,name,value,time\n3,loss,abc,0\n"), 0o644)
+	if _, err := ReadCSV(path); err == nil || !strings.Contains(err.Error(), "metrics.csv:2") {
+		t.Errorf("a bad value gave %v, want an error naming file and line", err)
+	}
+}
