@@ -41,8 +41,9 @@ func TestRunReportFromMetricsCSV(t *testing.T) {
 	if strings.Join(titles, ",") != "Loss,lr,gpu" || len(r.Charts[0].Series) != 2 || len(r.Charts[2].Series) != 2 {
 		t.Errorf("charts %v, want Loss (loss and val/loss), lr, gpu (util and memory)", titles)
 	}
-	if rows := r.Tables[0].Rows; len(rows) != 5 || rows[0][0] != "loss" || rows[0][1] != "20" || rows[0][2] != "0.05" {
-		t.Errorf("last values %v, want loss at step 20 = 0.05 first", rows)
+	rows := r.Tables[0].Rows
+	if len(rows) != 5 || strings.Join(rows[2], " ") != "loss 20 0.05" || strings.Join(rows[4], " ") != "val/loss 20 0.075" {
+		t.Errorf("last values %v, want one row per metric with loss 20 0.05 and val/loss 20 0.075", rows)
 	}
 	if _, err := eval.RunReport(t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "no metrics.csv") {
 		t.Errorf("a directory without metrics.csv gave %v", err)
