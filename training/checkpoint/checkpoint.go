@@ -35,7 +35,6 @@ type Tensor = safetensors.Tensor
 // CorruptError is a damaged checkpoint file, named in the error.
 type CorruptError = safetensors.CorruptError
 
-
 // File names inside a checkpoint directory.
 const (
 	TensorsFile = "tensors.safetensors"
