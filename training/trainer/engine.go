@@ -373,7 +373,6 @@ func (e *engine) evaluate() (float64, error) {
 	return float64(e.evalLoss[0]), nil
 }
 
-
 // current lists the tensors a checkpoint holds, each at its current
 // parity: parameters, buffers and optimizer states. Gradient accumulators
 // are left out: a checkpoint is taken between optimizer steps, where the
