@@ -23,7 +23,7 @@ func TestExitCodes(t *testing.T) {
 		{"library missing", []string{"--ort-lib", missing, "doctor"}, 2, "ONNX Runtime library not found"},
 		{"unknown flag", []string{"--no-such-flag"}, 2, "no-such-flag"},
 		{"bad device", []string{"doctor", "--device", "tpu"}, 2, "bad value tpu for device"},
-		{"not built", []string{"train"}, 1, "not built yet"},
+		{"not built", []string{"export"}, 1, "not built yet"},
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
 		{"eval without volumes", []string{"eval"}, 2, "needs --input and --reference"},
 		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},

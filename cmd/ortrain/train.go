@@ -1,12 +1,211 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/rundir"
+	"github.com/ortrain/ortrain/training/trainer"
+)
 
 func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
-		Usage:     "not built yet: the training loop, issue 5",
-		UsageText: "ortrain train --config CONFIG",
-		Action:    notBuilt("train", "the training loop, issue 5"),
+		Usage:     "train a model: outputs/<name>/version_N with config, metrics, TensorBoard events, checkpoints",
+		UsageText: "ortrain train --config CONFIG [--set key=value]... [--resume last|PATH] [--run-dir DIR [--overwrite]]",
+		Description: `Trains on the device trainer.device names with weights and optimizer state
+kept there for the whole run. The first SIGINT/SIGTERM finishes the current
+step, writes a checkpoint and exits 0; a second exits at once (the newest
+checkpoint stays whole).
+
+Examples:
+   ortrain train --config resnet.toml --set trainer.max_steps=1000
+   ortrain train --config resnet.toml --resume last
+   ortrain train --config resnet.toml --resume outputs/resnet/version_3/checkpoints/step-000001000`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Required: true, Usage: "run configuration (TOML; training/config/README.md)"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a key: --set trainer.max_steps=10 (repeatable)"},
+			&cli.StringFlag{Name: "resume", Usage: "last (newest checkpoint of the newest version of this run name), a checkpoint directory or a version directory"},
+			&cli.StringFlag{Name: "run-dir", Usage: "write the run here instead of <output_dir>/<name>/version_N"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "with --run-dir: replace the contents of an existing run directory"},
+		},
+		Action: trainAction,
 	}
+}
+
+func trainAction(c *cli.Context) error {
+	cfg, err := loadConfig(c.String("config"), c.StringSlice("set"))
+	if err != nil {
+		return err
+	}
+	if err := loadORT(c, cfg.ORTLib); err != nil {
+		return err
+	}
+	// Prebuilt artifacts and the data are checked before a run directory
+	// is made, so a typo leaves no empty version behind.
+	var prep prepared
+	if cfg.Model.Artifacts != "" {
+		if err := prep.load(cfg, ""); err != nil {
+			return err
+		}
+	}
+	rd, resume, err := openRunDir(cfg, c.String("resume"), c.String("run-dir"), c.Bool("overwrite"))
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	enc, err := cfg.Encode()
+	if err != nil {
+		return err
+	}
+	if _, err := rd.WriteConfig(enc); err != nil {
+		return err
+	}
+	if prep.artifacts == "" { // built from model.onnx into the run directory
+		if err := prep.load(cfg, rd.Path); err != nil {
+			return err
+		}
+	}
+	providers, _ := ort.AvailableProviders()
+	opts, err := cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
+	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
+		Dir: rd, Resume: resume, Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	ctx, stop := interruptible(c.App.ErrWriter)
+	defer stop()
+	return t.Run(ctx)
+}
+
+// prepared is what a run trains: its artifacts and datasets.
+type prepared struct {
+	artifacts  string
+	train, val data.Dataset
+}
+
+func (p *prepared) load(cfg *config.Config, runDir string) error {
+	dir, m, err := trainer.Artifacts(cfg, runDir)
+	if err != nil {
+		return err
+	}
+	p.artifacts = dir
+	p.train, p.val, err = trainer.Datasets(cfg, m)
+	return err
+}
+
+// interruptible returns a context cancelled by the first SIGINT or
+// SIGTERM, which lets the loop finish its step and checkpoint; a second
+// signal exits at once with status 130.
+func interruptible(w interface{ Write([]byte) (int, error) }) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-ch; !ok {
+			return
+		}
+		fmt.Fprintln(w, "\nortrain: interrupted; finishing the step and writing a checkpoint (again to exit now)")
+		cancel()
+		if _, ok := <-ch; ok {
+			fmt.Fprintln(w, "ortrain: exiting without a new checkpoint")
+			os.Exit(130)
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); close(ch); cancel() }
+}
+
+// loadConfig reads, overrides and resolves a run configuration.
+func loadConfig(path string, sets []string) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Override(sets...); err != nil {
+		return nil, err
+	}
+	return cfg, cfg.Resolve()
+}
+
+// openRunDir opens the run directory and finds the checkpoint to resume
+// from ("" for a new run).
+func openRunDir(cfg *config.Config, resume, runDir string, overwrite bool) (*rundir.Dir, string, error) {
+	if resume == "" {
+		if runDir != "" {
+			d, err := rundir.At(runDir, overwrite)
+			return d, "", err
+		}
+		d, err := rundir.New(cfg.OutputDir, cfg.Name)
+		return d, "", err
+	}
+	ck, version, err := findResume(cfg, resume)
+	if err != nil {
+		return nil, "", err
+	}
+	d, err := rundir.Resume(version)
+	return d, ck, err
+}
+
+var versionName = regexp.MustCompile(`^version_(\d+)$`)
+
+// findResume resolves --resume to a checkpoint directory and the version
+// directory it belongs to.
+func findResume(cfg *config.Config, resume string) (ck, version string, err error) {
+	bad := func(format string, args ...any) error {
+		return &rundir.Error{Path: resume, Msg: fmt.Sprintf(format, args...)}
+	}
+	if resume == "last" {
+		root := filepath.Join(cfg.OutputDir, cfg.Name)
+		des, err := os.ReadDir(root)
+		if err != nil {
+			return "", "", &rundir.Error{Path: root, Msg: "--resume last: no earlier run named " + cfg.Name}
+		}
+		best := -1
+		for _, de := range des {
+			if m := versionName.FindStringSubmatch(de.Name()); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				v := filepath.Join(root, de.Name())
+				if _, err := checkpoint.Latest(filepath.Join(v, rundir.CheckpointsDir)); err == nil && n > best {
+					best, version = n, v
+				}
+			}
+		}
+		if best < 0 {
+			return "", "", &rundir.Error{Path: root, Msg: "--resume last: no version holds a whole checkpoint"}
+		}
+	} else if _, err := os.Stat(filepath.Join(resume, checkpoint.StateFile)); err == nil {
+		real, err := filepath.EvalSymlinks(resume)
+		if err != nil {
+			return "", "", err
+		}
+		return real, filepath.Dir(filepath.Dir(real)), nil
+	} else if _, err := os.Stat(filepath.Join(resume, rundir.CheckpointsDir)); err == nil {
+		version = resume
+	} else {
+		return "", "", bad("--resume takes last, a checkpoint directory (with %s) or a run's version directory (with %s/)", checkpoint.StateFile, rundir.CheckpointsDir)
+	}
+	ck, err = checkpoint.Latest(filepath.Join(version, rundir.CheckpointsDir))
+	if errors.Is(err, checkpoint.ErrNone) {
+		return "", "", bad("no whole checkpoint in %s", filepath.Join(version, rundir.CheckpointsDir))
+	}
+	return ck, version, err
 }

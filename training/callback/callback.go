@@ -22,6 +22,9 @@ type State struct {
 	// says why, for the log.
 	ShouldStop bool
 	StopReason string
+	// Failed is set before OnTrainEnd when the loop stopped on an error (a
+	// non-finite loss, say): the state in hand is not one to checkpoint.
+	Failed bool
 }
 
 // StepResult describes one optimizer step (after gradient accumulation).

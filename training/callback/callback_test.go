@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/checkpoint"
 )
 
@@ -178,7 +179,7 @@ func (s snap) Snapshot(st *State) (*checkpoint.State, []checkpoint.Tensor, error
 	if err != nil {
 		return nil, nil, err
 	}
-	return &checkpoint.State{Callbacks: cbs}, []checkpoint.Tensor{{Name: "w", DType: checkpoint.F32, Shape: []int64{1}, Data: []byte{0, 0, 128, 63}}}, nil
+	return &checkpoint.State{Callbacks: cbs}, []checkpoint.Tensor{{Name: "w", DType: ort.Float32, Shape: []int64{1}, Data: []byte{0, 0, 128, 63}}}, nil
 }
 
 // TestCheckpointer checks when checkpoints are written, that validation

@@ -45,9 +45,10 @@ func (c *Checkpointer) OnTrainStart(s *State) error {
 	return nil
 }
 
-// OnStepEnd saves every N steps.
+// OnStepEnd saves every N steps, unless a validation at this step has
+// just saved.
 func (c *Checkpointer) OnStepEnd(s *State, _ StepResult) error {
-	if c.every > 0 && s.Step%c.every == 0 {
+	if c.every > 0 && s.Step%c.every == 0 && c.lastSaved != s.Step {
 		return c.save(s, nil)
 	}
 	return nil
@@ -62,9 +63,10 @@ func (c *Checkpointer) OnValidationEnd(s *State, metrics map[string]float64) err
 	return c.save(s, score)
 }
 
-// OnTrainEnd saves the final state unless it was just saved.
+// OnTrainEnd saves the final state unless it was just saved or the run
+// failed, which leaves the last good checkpoint as the newest.
 func (c *Checkpointer) OnTrainEnd(s *State) error {
-	if c.lastSaved == s.Step {
+	if c.lastSaved == s.Step || s.Failed {
 		return nil
 	}
 	return c.save(s, nil)

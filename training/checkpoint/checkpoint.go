@@ -24,7 +24,16 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ortrain/ortrain/training/safetensors"
 )
+
+// Tensor is one named tensor to save: its bytes come from Data or are
+// streamed by Write (see safetensors.Tensor).
+type Tensor = safetensors.Tensor
+
+// CorruptError is a damaged checkpoint file, named in the error.
+type CorruptError = safetensors.CorruptError
 
 // File names inside a checkpoint directory.
 const (
@@ -72,7 +81,7 @@ type State struct {
 type Checkpoint struct {
 	Dir     string
 	State   State
-	Tensors *File
+	Tensors *safetensors.File
 }
 
 // Close closes the tensor file.
@@ -124,7 +133,7 @@ func Save(dir string, st *State, tensors []Tensor) (err error) {
 
 	h := sha256.New()
 	if err := writeFileSync(filepath.Join(tmp, TensorsFile), func(w io.Writer) error {
-		return writeSafetensors(io.MultiWriter(w, h), tensors, map[string]string{"format": "ortrain-checkpoint"})
+		return safetensors.WriteTo(io.MultiWriter(w, h), tensors, map[string]string{"format": "ortrain-checkpoint"})
 	}); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -231,12 +240,12 @@ func Load(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	sf, err := OpenSafetensors(filepath.Join(dir, TensorsFile))
+	sf, err := safetensors.Open(filepath.Join(dir, TensorsFile))
 	if err != nil {
 		return nil, err
 	}
 	h := sha256.New()
-	if err := sf.hashFile(h); err != nil {
+	if err := hashFile(sf.Path(), h); err != nil {
 		sf.Close()
 		return nil, err
 	}
@@ -245,4 +254,15 @@ func Load(dir string) (*Checkpoint, error) {
 		return nil, &CorruptError{Path: sf.Path(), Msg: fmt.Sprintf("SHA-256 %s does not match %s recorded in %s", got, st.TensorsSHA256, StateFile)}
 	}
 	return &Checkpoint{Dir: dir, State: st, Tensors: sf}, nil
+}
+
+// hashFile feeds the file at path to h.
+func hashFile(path string, h io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(h, f)
+	return err
 }

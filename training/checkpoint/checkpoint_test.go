@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ortrain/ortrain/ort"
 )
 
 func randomBytes(r *rand.Rand, n int64) []byte {
@@ -31,18 +33,18 @@ func randomBytes(r *rand.Rand, n int64) []byte {
 func TestRoundTripEveryDType(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var tensors []Tensor
-	for i, d := range []DType{F64, F32, F16, BF16, I64, I32, I8, U8, Bool} {
+	for i, d := range []ort.DType{ort.Float64, ort.Float32, ort.Float16, ort.BFloat16, ort.Int64, ort.Int32, ort.Int8, ort.Uint8, ort.Bool} {
 		shape := []int64{int64(i + 1), 3}
-		tensors = append(tensors, Tensor{Name: "w." + string(d), DType: d, Shape: shape})
+		tensors = append(tensors, Tensor{Name: "w." + d.String(), DType: d, Shape: shape})
 		n, _ := tensors[len(tensors)-1].Bytes()
 		tensors[len(tensors)-1].Data = randomBytes(r, n)
 	}
 	tensors = append(tensors,
-		Tensor{Name: "scalar", DType: F32, Shape: []int64{}, Data: []byte{0, 0, 128, 63}},
-		Tensor{Name: "empty", DType: F32, Shape: []int64{0, 4}, Data: []byte{}},
+		Tensor{Name: "scalar", DType: ort.Float32, Shape: []int64{}, Data: []byte{0, 0, 128, 63}},
+		Tensor{Name: "empty", DType: ort.Float32, Shape: []int64{0, 4}, Data: []byte{}},
 	)
 	streamed := randomBytes(r, 4*1000)
-	tensors = append(tensors, Tensor{Name: "streamed", DType: F32, Shape: []int64{10, 100}, Write: func(w io.Writer) error {
+	tensors = append(tensors, Tensor{Name: "streamed", DType: ort.Float32, Shape: []int64{10, 100}, Write: func(w io.Writer) error {
 		for off := 0; off < len(streamed); off += 333 {
 			if _, err := w.Write(streamed[off:min(off+333, len(streamed))]); err != nil {
 				return err
@@ -107,10 +109,10 @@ func TestSaveRefuses(t *testing.T) {
 		tensors []Tensor
 		want    string
 	}{
-		{"short data", []Tensor{{Name: "a", DType: F32, Shape: []int64{2}, Data: []byte{1, 2, 3}}}, "3 bytes of data"},
-		{"unknown dtype", []Tensor{{Name: "a", DType: "F8", Shape: []int64{1}, Data: []byte{1}}}, "unknown dtype"},
-		{"duplicate", []Tensor{{Name: "a", DType: U8, Shape: []int64{1}, Data: []byte{1}}, {Name: "a", DType: U8, Shape: []int64{1}, Data: []byte{1}}}, "duplicate"},
-		{"stream too short", []Tensor{{Name: "a", DType: U8, Shape: []int64{4}, Write: func(w io.Writer) error { _, err := w.Write([]byte{1}); return err }}}, "wrote 1 bytes, want 4"},
+		{"short data", []Tensor{{Name: "a", DType: ort.Float32, Shape: []int64{2}, Data: []byte{1, 2, 3}}}, "3 bytes of data"},
+		{"unknown dtype", []Tensor{{Name: "a", DType: ort.DType(99), Shape: []int64{1}, Data: []byte{1}}}, "unknown dtype"},
+		{"duplicate", []Tensor{{Name: "a", DType: ort.Uint8, Shape: []int64{1}, Data: []byte{1}}, {Name: "a", DType: ort.Uint8, Shape: []int64{1}, Data: []byte{1}}}, "duplicate"},
+		{"stream too short", []Tensor{{Name: "a", DType: ort.Uint8, Shape: []int64{4}, Write: func(w io.Writer) error { _, err := w.Write([]byte{1}); return err }}}, "wrote 1 bytes, want 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -135,7 +137,7 @@ func TestSaveRefuses(t *testing.T) {
 // TestCorruptFiles checks that damaged checkpoints give a clear error naming
 // the file, and that Latest passes over them.
 func TestCorruptFiles(t *testing.T) {
-	tensors := []Tensor{{Name: "w", DType: F32, Shape: []int64{256}, Data: make([]byte, 1024)}}
+	tensors := []Tensor{{Name: "w", DType: ort.Float32, Shape: []int64{256}, Data: make([]byte, 1024)}}
 	for _, tc := range []struct {
 		name    string
 		damage  func(path string) error
@@ -205,7 +207,7 @@ func patch(path string, off int64, b []byte) error {
 // finds the previous checkpoint whole at that moment.
 func TestCrashBetweenSteps(t *testing.T) {
 	root := t.TempDir()
-	tensors := []Tensor{{Name: "w", DType: F32, Shape: []int64{64}, Data: make([]byte, 256)}}
+	tensors := []Tensor{{Name: "w", DType: ort.Float32, Shape: []int64{64}, Data: make([]byte, 256)}}
 	prev := filepath.Join(root, "step-000000001")
 	if err := Save(prev, &State{Step: 1}, tensors); err != nil {
 		t.Fatal(err)
@@ -333,8 +335,8 @@ func crashChild(dir string) {
 		score := float64((step * 7919) % 13)
 		data := bytes.Repeat([]byte{byte(step)}, 1<<20)
 		tensors := []Tensor{
-			{Name: "weight", DType: F32, Shape: []int64{1 << 18}, Data: data},
-			{Name: "moment", DType: BF16, Shape: []int64{1 << 19}, Data: data},
+			{Name: "weight", DType: ort.Float32, Shape: []int64{1 << 18}, Data: data},
+			{Name: "moment", DType: ort.BFloat16, Shape: []int64{1 << 19}, Data: data},
 		}
 		if _, err := m.Save(&State{Step: step, Score: &score}, tensors); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -437,7 +439,7 @@ func stepOf(dir string) int64 {
 // (b.SetBytes reports MB/s).
 func BenchmarkSave(b *testing.B) {
 	data := make([]byte, 64<<20)
-	tensors := []Tensor{{Name: "w", DType: F32, Shape: []int64{16 << 20}, Data: data}}
+	tensors := []Tensor{{Name: "w", DType: ort.Float32, Shape: []int64{16 << 20}, Data: data}}
 	root := b.TempDir()
 	b.SetBytes(int64(len(data)))
 	for i := 0; b.Loop(); i++ {

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ortrain/ortrain/training/safetensors"
 )
 
 // LastLink is the symbolic link in a checkpoints directory that points at
@@ -48,7 +50,7 @@ func scan(dir string) ([]Entry, error) {
 		if err != nil {
 			continue
 		}
-		sf, err := OpenSafetensors(filepath.Join(p, TensorsFile))
+		sf, err := safetensors.Open(filepath.Join(p, TensorsFile))
 		if err != nil {
 			continue
 		}

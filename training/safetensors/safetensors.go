@@ -1,30 +1,76 @@
 // Package safetensors reads and writes the safetensors format: an 8-byte
 // little-endian header length, a JSON header mapping each tensor's name to
 // its dtype, shape and byte range, then the raw little-endian data.
+//
+// Writing streams: a tensor's bytes come from a slice or from a function
+// that writes them (copying a GPU tensor down piece by piece, say), so a large
+// model is never held twice in memory. Reading opens a file, checks its whole
+// header against the file's size and hands out tensors one at a time; every
+// defect is a CorruptError naming the file.
 package safetensors
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/ortrain/ortrain/ort"
 )
 
-// Tensor is one named tensor with its raw little-endian bytes.
+// Tensor is one named tensor to write, or one read back. Its bytes come from
+// Data, or, when Data is nil, from Write, which must write exactly the
+// tensor's bytes; Write lets a caller stream a tensor without holding the
+// whole model twice in memory.
 type Tensor struct {
 	Name  string
 	DType ort.DType
 	Shape []int64
-	Data  []byte
+	Data  []byte // raw little-endian elements, row-major
+	Write func(w io.Writer) error
 }
 
+// Bytes is the size of the tensor's data implied by its dtype and shape.
+func (t *Tensor) Bytes() (int64, error) { return byteSize(t.Name, t.DType, t.Shape) }
+
+// names maps element types to safetensors' dtype strings.
 var names = map[ort.DType]string{
 	ort.Float32: "F32", ort.Float16: "F16", ort.BFloat16: "BF16", ort.Float64: "F64",
 	ort.Int64: "I64", ort.Int32: "I32", ort.Int8: "I8", ort.Uint8: "U8", ort.Bool: "BOOL",
+}
+
+// DTypeName is safetensors' name for d ("F32", "BF16" …), "" for a type the
+// format does not hold.
+func DTypeName(d ort.DType) string { return names[d] }
+
+// ParseDTypeName reads a safetensors dtype string.
+func ParseDTypeName(s string) (ort.DType, bool) {
+	for d, n := range names {
+		if n == s {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+func byteSize(name string, d ort.DType, shape []int64) (int64, error) {
+	if _, ok := names[d]; !ok {
+		return 0, fmt.Errorf("tensor %q: unknown dtype %v", name, d)
+	}
+	n := int64(d.Size())
+	for _, s := range shape {
+		if s < 0 || (s > 0 && n > math.MaxInt64/s) {
+			return 0, fmt.Errorf("tensor %q: bad shape %v", name, shape)
+		}
+		n *= s
+	}
+	return n, nil
 }
 
 type entry struct {
@@ -37,123 +83,320 @@ type entry struct {
 // implementation does), so a corrupt length cannot exhaust memory.
 const maxHeader = 100 << 20
 
-// Encode serialises tensors (in the given order) and optional metadata.
-func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+// WriteTo streams tensors (in the given order) and optional metadata to w:
+// the header padded with spaces to a multiple of 8 so the data is aligned,
+// then each tensor's bytes, read once from Data or Write.
+func WriteTo(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 	header := map[string]any{}
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
 	}
 	var off int64
-	for _, t := range tensors {
-		dt, ok := names[t.DType]
-		if !ok {
-			return nil, fmt.Errorf("safetensors: tensor %q has type %v, which safetensors cannot hold", t.Name, t.DType)
+	for i := range tensors {
+		t := &tensors[i]
+		if t.Name == "" || t.Name == "__metadata__" {
+			return fmt.Errorf("safetensors: tensor %d: invalid name %q", i, t.Name)
 		}
-		if want := ort.Numel(t.Shape) * int64(t.DType.Size()); want != int64(len(t.Data)) {
-			return nil, fmt.Errorf("safetensors: tensor %q: %d bytes for shape %v of %v, want %d", t.Name, len(t.Data), t.Shape, t.DType, want)
+		if _, dup := header[t.Name]; dup {
+			return fmt.Errorf("safetensors: tensor %q: duplicate name", t.Name)
 		}
-		if _, dup := header[t.Name]; dup || t.Name == "__metadata__" {
-			return nil, fmt.Errorf("safetensors: duplicate or reserved tensor name %q", t.Name)
+		n, err := t.Bytes()
+		if err != nil {
+			return fmt.Errorf("safetensors: %w", err)
+		}
+		if t.Data != nil && int64(len(t.Data)) != n {
+			return fmt.Errorf("safetensors: tensor %q: %d bytes of data for %v%v (%d bytes)", t.Name, len(t.Data), t.DType, t.Shape, n)
+		}
+		if t.Data == nil && t.Write == nil && n > 0 {
+			return fmt.Errorf("safetensors: tensor %q: neither Data nor Write", t.Name)
 		}
 		shape := t.Shape
 		if shape == nil {
 			shape = []int64{}
 		}
-		header[t.Name] = entry{dt, shape, [2]int64{off, off + int64(len(t.Data))}}
-		off += int64(len(t.Data))
+		header[t.Name] = entry{DType: names[t.DType], Shape: shape, Offsets: [2]int64{off, off + n}}
+		off += n
 	}
-	h, err := json.Marshal(header)
-	if err != nil {
-		return nil, err
-	}
-	for len(h)%8 != 0 { // the data starts 8-byte aligned
-		h = append(h, ' ')
-	}
-	var buf bytes.Buffer
-	binary.Write(&buf, binary.LittleEndian, uint64(len(h)))
-	buf.Write(h)
-	for _, t := range tensors {
-		buf.Write(t.Data)
-	}
-	return buf.Bytes(), nil
-}
-
-// Write saves tensors to a file.
-func Write(path string, tensors []Tensor, metadata map[string]string) error {
-	b, err := Encode(tensors, metadata)
+	js, err := json.Marshal(header)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	if pad := (8 - len(js)%8) % 8; pad > 0 {
+		js = append(js, strings.Repeat(" ", pad)...)
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	bw.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(js))))
+	bw.Write(js)
+	for i := range tensors {
+		t := &tensors[i]
+		if t.Data != nil {
+			if _, err := bw.Write(t.Data); err != nil {
+				return err
+			}
+			continue
+		}
+		if t.Write == nil {
+			continue
+		}
+		want, _ := t.Bytes()
+		cw := &countingWriter{w: bw}
+		if err := t.Write(cw); err != nil {
+			return fmt.Errorf("safetensors: tensor %q: %w", t.Name, err)
+		}
+		if cw.n != want {
+			return fmt.Errorf("safetensors: tensor %q: Write wrote %d bytes, want %d", t.Name, cw.n, want)
+		}
+	}
+	return bw.Flush()
 }
 
-// Decode parses a safetensors file's bytes; tensors come back in data
-// order and share memory with b.
-func Decode(b []byte) ([]Tensor, map[string]string, error) {
-	if len(b) < 8 {
-		return nil, nil, fmt.Errorf("safetensors: %d bytes, too short for a header", len(b))
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+// Write counts the bytes passed on.
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Encode serialises tensors into memory; for small files and tests.
+func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	var buf bytes.Buffer
+	err := WriteTo(&buf, tensors, metadata)
+	return buf.Bytes(), err
+}
+
+// Write streams tensors to a new file at path; on error the partial file
+// is removed. (Crash-safe replacement is the caller's: see package
+// checkpoint.)
+func Write(path string, tensors []Tensor, metadata map[string]string) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
 	}
-	n := binary.LittleEndian.Uint64(b)
-	if n > maxHeader || n > uint64(len(b)-8) {
-		return nil, nil, fmt.Errorf("safetensors: header length %d does not fit the %d-byte file", n, len(b))
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	return WriteTo(f, tensors, metadata)
+}
+
+// CorruptError reports a malformed or truncated safetensors file.
+type CorruptError struct {
+	Path string
+	Msg  string
+}
+
+// Error names the file and what is wrong with it.
+func (e *CorruptError) Error() string { return "safetensors " + e.Path + ": " + e.Msg }
+
+// BadInput marks the error as the user's to fix (exit code 2): a damaged
+// file given to train, resume or evaluate.
+func (e *CorruptError) BadInput() bool { return true }
+
+// TensorInfo describes a tensor stored in a safetensors file.
+type TensorInfo struct {
+	Name  string
+	DType ort.DType
+	Shape []int64
+	// Offset and Length locate the data in the file, from its start.
+	Offset, Length int64
+}
+
+// File is an open safetensors file whose header has been checked: every
+// tensor lies inside the file, tensors do not overlap, cover the data
+// section exactly, and match their dtype and shape.
+type File struct {
+	path     string
+	r        io.ReaderAt
+	closer   io.Closer
+	tensors  []TensorInfo // by offset
+	byName   map[string]int
+	metadata map[string]string
+}
+
+// Open opens and checks a safetensors file. Errors name the file.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	sf, err := parse(path, f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	sf.closer = f
+	return sf, nil
+}
+
+// parse reads and checks the header of the size bytes in r.
+func parse(path string, r io.ReaderAt, size int64) (*File, error) {
+	bad := func(format string, args ...any) error {
+		return &CorruptError{Path: path, Msg: fmt.Sprintf(format, args...)}
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, bad("%d bytes, too short for a header", size)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > maxHeader || int64(n) > size-8 {
+		return nil, bad("header length %d does not fit the file of %d bytes", n, size)
+	}
+	js := make([]byte, n)
+	if _, err := r.ReadAt(js, 8); err != nil {
+		return nil, bad("reading the header: %v", err)
 	}
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b[8:8+n], &raw); err != nil {
-		return nil, nil, fmt.Errorf("safetensors: bad header: %w", err)
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return nil, bad("header is not JSON: %v", err)
 	}
-	data := b[8+n:]
-	var meta map[string]string
-	var out []Tensor
-	var starts []int64
-	for name, r := range raw {
+	sf := &File{path: path, r: r, byName: map[string]int{}}
+	dataStart := 8 + int64(n)
+	for name, msg := range raw {
 		if name == "__metadata__" {
-			if err := json.Unmarshal(r, &meta); err != nil {
-				return nil, nil, fmt.Errorf("safetensors: bad metadata: %w", err)
+			if err := json.Unmarshal(msg, &sf.metadata); err != nil {
+				return nil, bad("__metadata__ is not a map of strings: %v", err)
 			}
 			continue
 		}
 		var e entry
-		if err := json.Unmarshal(r, &e); err != nil {
-			return nil, nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+		dec := json.NewDecoder(bytes.NewReader(msg))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&e); err != nil {
+			return nil, bad("tensor %q: %v", name, err)
 		}
-		var dt ort.DType
-		for d, s := range names {
-			if s == e.DType {
-				dt = d
-			}
+		dt, ok := ParseDTypeName(e.DType)
+		if !ok {
+			return nil, bad("tensor %q has dtype %q, which ortrain does not read", name, e.DType)
 		}
-		if dt == 0 {
-			return nil, nil, fmt.Errorf("safetensors: tensor %q has dtype %q, which ortrain does not read", name, e.DType)
+		want, err := byteSize(name, dt, e.Shape)
+		if err != nil {
+			return nil, bad("%v", err)
 		}
-		lo, hi := e.Offsets[0], e.Offsets[1]
-		if lo < 0 || hi < lo || hi > int64(len(data)) || hi-lo != ort.Numel(e.Shape)*int64(dt.Size()) {
-			return nil, nil, fmt.Errorf("safetensors: tensor %q: byte range %v does not match shape %v of %s in %d data bytes", name, e.Offsets, e.Shape, e.DType, len(data))
+		if e.Offsets[1]-e.Offsets[0] != want || e.Offsets[0] < 0 {
+			return nil, bad("tensor %q: byte range %v does not hold %s%v (%d bytes)", name, e.Offsets, e.DType, e.Shape, want)
 		}
-		out = append(out, Tensor{Name: name, DType: dt, Shape: e.Shape, Data: data[lo:hi:hi]})
-		starts = append(starts, lo)
+		sf.tensors = append(sf.tensors, TensorInfo{Name: name, DType: dt, Shape: e.Shape, Offset: dataStart + e.Offsets[0], Length: want})
 	}
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool {
-		if starts[idx[a]] != starts[idx[b]] {
-			return starts[idx[a]] < starts[idx[b]]
+	// Empty tensors share their offset with the next tensor; they sort
+	// first so the contiguity check below holds.
+	sort.Slice(sf.tensors, func(i, j int) bool {
+		a, b := sf.tensors[i], sf.tensors[j]
+		if a.Offset != b.Offset {
+			return a.Offset < b.Offset
 		}
-		return out[idx[a]].Name < out[idx[b]].Name
+		if a.Length != b.Length {
+			return a.Length < b.Length
+		}
+		return a.Name < b.Name
 	})
-	sorted := make([]Tensor, len(out))
-	for i, k := range idx {
-		sorted[i] = out[k]
+	end := dataStart
+	for i, t := range sf.tensors {
+		if t.Offset != end {
+			return nil, bad("tensor %q starts at data offset %d, want %d (gap or overlap)", t.Name, t.Offset-dataStart, end-dataStart)
+		}
+		end += t.Length
+		sf.byName[t.Name] = i
 	}
-	return sorted, meta, nil
+	if end != size {
+		return nil, bad("data ends at byte %d but the file has %d bytes (truncated or trailing data)", end, size)
+	}
+	return sf, nil
 }
 
-// Read loads a safetensors file.
-func Read(path string) ([]Tensor, map[string]string, error) {
-	b, err := os.ReadFile(path)
+// Path is the file's name.
+func (sf *File) Path() string { return sf.path }
+
+// Tensors lists the stored tensors in file order.
+func (sf *File) Tensors() []TensorInfo { return sf.tensors }
+
+// Metadata is the header's __metadata__ map.
+func (sf *File) Metadata() map[string]string { return sf.metadata }
+
+// Info describes the named tensor.
+func (sf *File) Info(name string) (TensorInfo, bool) {
+	i, ok := sf.byName[name]
+	if !ok {
+		return TensorInfo{}, false
+	}
+	return sf.tensors[i], true
+}
+
+// ReadInto fills dst, which must have exactly the tensor's byte length, with
+// the named tensor's data, so a caller can load straight into its buffer.
+func (sf *File) ReadInto(name string, dst []byte) error {
+	t, ok := sf.Info(name)
+	if !ok {
+		return fmt.Errorf("safetensors %s: no tensor %q", sf.path, name)
+	}
+	if int64(len(dst)) != t.Length {
+		return fmt.Errorf("safetensors %s: tensor %q has %d bytes, buffer %d", sf.path, name, t.Length, len(dst))
+	}
+	if _, err := sf.r.ReadAt(dst, t.Offset); err != nil {
+		return &CorruptError{Path: sf.path, Msg: fmt.Sprintf("reading tensor %q: %v", name, err)}
+	}
+	return nil
+}
+
+// Read returns a new copy of the named tensor's data.
+func (sf *File) Read(name string) ([]byte, error) {
+	t, ok := sf.Info(name)
+	if !ok {
+		return nil, fmt.Errorf("safetensors %s: no tensor %q", sf.path, name)
+	}
+	buf := make([]byte, t.Length)
+	return buf, sf.ReadInto(name, buf)
+}
+
+// Close closes the file.
+func (sf *File) Close() error {
+	if sf.closer == nil {
+		return nil
+	}
+	return sf.closer.Close()
+}
+
+// Decode parses a whole safetensors file held in memory; tensors come
+// back in file order and share memory with b. Errors are CorruptErrors.
+func Decode(b []byte) ([]Tensor, map[string]string, error) {
+	sf, err := parse("(in memory)", bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		return nil, nil, err
 	}
-	return Decode(b)
+	out := make([]Tensor, len(sf.tensors))
+	for i, t := range sf.tensors {
+		out[i] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: b[t.Offset : t.Offset+t.Length : t.Offset+t.Length]}
+	}
+	return out, sf.metadata, nil
+}
+
+// Read loads a whole safetensors file into memory, one tensor at a time.
+func Read(path string) ([]Tensor, map[string]string, error) {
+	sf, err := Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sf.Close()
+	out := make([]Tensor, len(sf.tensors))
+	for i, t := range sf.tensors {
+		d, err := sf.Read(t.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: d}
+	}
+	return out, sf.metadata, nil
 }

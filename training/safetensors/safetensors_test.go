@@ -57,7 +57,7 @@ func TestRejectsCorruptFiles(t *testing.T) {
 		data []byte
 		want string
 	}{
-		{"truncated", good[:len(good)-1], "byte range"},
+		{"truncated", good[:len(good)-1], "truncated"},
 		{"huge header length", append(binary.LittleEndian.AppendUint64(nil, 1<<40), good[8:]...), "does not fit"},
 		{"bad dtype", hdr(`{"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}`), "dtype"},
 		{"shape mismatch", hdr(`{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}`), "byte range"},

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// linearArtifacts builds logits = x·W + b (x [batch, 4], 3 classes) with
+// cross-entropy into dir.
+func linearArtifacts(t *testing.T, dir string) {
+	g := graph.New("linear", 17)
+	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4}})
+	g.Dims["x"] = []string{"batch", ""}
+	g.AddInitializer(graph.Float32s("w", []int64{4, 3}, []float32{0.1, -0.2, 0.3, 0.0, 0.2, -0.1, -0.3, 0.1, 0.2, 0.1, 0.0, -0.2}))
+	g.AddInitializer(graph.Float32s("b", []int64{3}, make([]float32, 3)))
+	b := graph.NewBuilder(g, "")
+	b.OpInto("logits", "Add", []string{b.MatMul("x", "w"), "b"})
+	g.Outputs = []string{"logits"}
+	if _, err := artifacts.Build(artifacts.Options{Graph: g, Out: dir, Loss: "cross_entropy"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTrainCommand runs `ortrain train` the way a user does and checks
+// the exit codes and the run directories it leaves: a bad key or missing
+// artifacts exit 2 naming them; a run writes version_0 with its config,
+// metrics, TensorBoard events and checkpoints; a second run takes
+// version_1; --resume last continues version_1 to the new max_steps; an
+// existing --run-dir is kept unless --overwrite.
+func TestTrainCommand(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	art := filepath.Join(root, "art")
+	linearArtifacts(t, art)
+	cfg := filepath.Join(root, "run.toml")
+	os.WriteFile(cfg, []byte(`name = "lin"
+output_dir = "`+filepath.Join(root, "outputs")+`"
+[model]
+artifacts = "`+art+`"
+[data]
+kind = "synthetic"
+batch_size = 16
+num_workers = 1
+[trainer]
+device = "cpu"
+max_steps = 6
+val_check_interval = 3
+limit_val_batches = 2
+log_every_n_steps = 2
+checkpoint_every_n_steps = 2
+[optimizer]
+lr = 0.05
+`), 0o644)
+	kept := filepath.Join(root, "kept")
+	os.MkdirAll(kept, 0o755)
+	os.WriteFile(filepath.Join(kept, "notes.txt"), []byte("mine"), 0o644)
+	version := func(n string) string { return filepath.Join(root, "outputs", "lin", n) }
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		say   string // on stderr
+		check func(t *testing.T)
+	}{
+		{"unknown key", []string{"--set", "trainer.max_stpes=3"}, 2, "trainer.max_stpes", nil},
+		{"missing artifacts", []string{"--set", `model.artifacts="` + filepath.Join(root, "nope") + `"`}, 2, filepath.Join(root, "nope"), nil},
+		{"new run", nil, 0, "", func(t *testing.T) {
+			for _, f := range []string{"config.toml", "metrics.csv", "checkpoints/last/state.json"} {
+				if _, err := os.Stat(filepath.Join(version("version_0"), f)); err != nil {
+					t.Error(err)
+				}
+			}
+			if ev, _ := filepath.Glob(filepath.Join(version("version_0"), "events.out.tfevents.*")); len(ev) != 1 {
+				t.Errorf("TensorBoard event files: %v, want one", ev)
+			}
+			csv, _ := os.ReadFile(filepath.Join(version("version_0"), "metrics.csv"))
+			for _, k := range []string{"train/loss", "lr", "grad_norm", "val/loss"} {
+				if !strings.Contains(string(csv), ","+k+",") {
+					t.Errorf("metrics.csv lacks %s", k)
+				}
+			}
+		}},
+		{"second run", nil, 0, "", func(t *testing.T) {
+			if _, err := os.Stat(version("version_1")); err != nil {
+				t.Error("a second run did not take version_1:", err)
+			}
+		}},
+		{"resume last", []string{"--resume", "last", "--set", "trainer.max_steps=10"}, 0, "", func(t *testing.T) {
+			ck, err := checkpoint.Load(filepath.Join(version("version_1"), "checkpoints", "last"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			if ck.State.Step != 10 {
+				t.Errorf("resumed run ended at step %d, want 10", ck.State.Step)
+			}
+			if _, err := os.Stat(version("version_2")); err == nil {
+				t.Error("--resume last started a new version")
+			}
+		}},
+		{"run dir kept", []string{"--run-dir", kept}, 2, kept, func(t *testing.T) {
+			if b, _ := os.ReadFile(filepath.Join(kept, "notes.txt")); string(b) != "mine" {
+				t.Error("existing run directory changed")
+			}
+		}},
+		{"run dir overwritten", []string{"--run-dir", kept, "--overwrite"}, 0, "", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			args := append([]string{"ortrain", "train", "--config", cfg}, c.args...)
+			code := run(args, &out, &errOut)
+			if code != c.code || !strings.Contains(errOut.String(), c.say) {
+				t.Fatalf("ortrain %v: exit %d, stderr %q; want exit %d saying %q", c.args, code, errOut.String(), c.code, c.say)
+			}
+			if c.check != nil {
+				c.check(t)
+			}
+		})
+	}
+}
+
+// TestFirstSignalCancels: SIGINT cancels the loop's context (the loop then
+// finishes its step and checkpoints, see trainer.TestResumeIsBitExact)
+// instead of killing the process.
+func TestFirstSignalCancels(t *testing.T) {
+	ctx, stop := interruptible(io.Discard)
+	defer stop()
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGINT did not cancel the context")
+	}
+}

@@ -1,0 +1,632 @@
+package trainer
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/safetensors"
+)
+
+// pair is a tensor kept on the device in two buffers: a graph reads one and
+// writes the tensor's new value (its X.out output) into the other, and the
+// engine flips a parity bit instead of copying. Keeping the old value until
+// the flip is what lets a non-finite update be dropped for free.
+type pair struct {
+	name string
+	v    [2]*ort.Value
+}
+
+// engine holds an artifact set on one device: the three sessions, the
+// training state resident in device memory for the whole run, and IO
+// bindings prepared for every combination of parities, so that a step only
+// picks bindings and runs them.
+type engine struct {
+	m               *artifacts.Manifest
+	train, eval, op *ort.Session
+
+	params, states []pair // flip together, after an applied optimizer step
+	grads          []pair // flip after every training run
+	buffers        []pair // flip after a training run with a finite loss
+	frozen         []*ort.Value
+	p, g, u        int // parities of params/states, grads, buffers
+
+	trainB [2][2][2]*ort.Binding // [p][g][u]
+	optB   [2][2]*ort.Binding    // [p][g]
+	evalB  [2][2]*ort.Binding    // [p][u]; nil without eval data
+
+	// Host scalars, overwritten in place every step; the slices view their
+	// memory so that setting or reading them allocates nothing.
+	scalars                       []*ort.Value
+	reset                         []bool
+	lr, step, gradScale, clipNorm []float32
+	loss, gradNorm, evalLoss      []float32
+
+	trainData, evalData stage
+	// allTrain and allEval list every training and eval binding, which a
+	// staged batch feeds.
+	allTrain, allEval []*ort.Binding
+}
+
+// openEngine loads the artifacts in dir onto the device of opts and puts the
+// initial weights and zero optimizer state there.
+func openEngine(dir string, m *artifacts.Manifest, opts ort.Options) (e *engine, err error) {
+	e = &engine{m: m}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	open := func(file string) (*ort.Session, error) {
+		path := filepath.Join(dir, file)
+		s, err := ort.NewSession(path, opts)
+		if err != nil {
+			return nil, fmt.Errorf("loading %s on %v: %w", path, opts.Device, err)
+		}
+		return s, nil
+	}
+	if e.train, err = open(artifacts.TrainingFile); err != nil {
+		return e, err
+	}
+	if e.op, err = open(artifacts.OptimizerFile); err != nil {
+		return e, err
+	}
+	if e.eval, err = open(artifacts.EvalFile); err != nil {
+		return e, err
+	}
+	if err := e.allocState(); err != nil {
+		return e, err
+	}
+	if err := e.loadWeights(filepath.Join(dir, artifacts.WeightsFile)); err != nil {
+		return e, err
+	}
+	return e, e.bind()
+}
+
+func (e *engine) allocState() error {
+	shapes := map[string]artifacts.Tensor{}
+	for _, p := range e.m.Params {
+		shapes[p.Name] = p
+	}
+	newPair := func(name string, t artifacts.Tensor) (pair, error) {
+		dt, err := ort.ParseDType(t.DType)
+		if err != nil {
+			return pair{}, fmt.Errorf("%s: %w", name, err)
+		}
+		pr := pair{name: name}
+		for i := range pr.v {
+			if pr.v[i], err = e.train.Alloc(dt, t.Shape); err != nil {
+				return pr, fmt.Errorf("allocating %s%v on %v: %w", name, t.Shape, e.train.Device(), err)
+			}
+		}
+		return pr, nil
+	}
+	add := func(list *[]pair, name string, t artifacts.Tensor) error {
+		pr, err := newPair(name, t)
+		*list = append(*list, pr)
+		return err
+	}
+	for _, p := range e.m.Params {
+		if err := add(&e.params, p.Name, p); err != nil {
+			return err
+		}
+	}
+	for _, gr := range e.m.Gradients {
+		if err := add(&e.grads, gr.Acc, shapes[gr.Param]); err != nil {
+			return err
+		}
+	}
+	for _, st := range e.m.Optimizer.States {
+		if err := add(&e.states, st.Name, shapes[st.Param]); err != nil {
+			return err
+		}
+	}
+	// Buffers and frozen parameters take their shapes from the weights file.
+	e.buffers = make([]pair, len(e.m.Buffers))
+	e.frozen = make([]*ort.Value, len(e.m.Frozen))
+	// Optimizer state starts at zero; device memory from Alloc is undefined
+	// on a GPU, so zeros are copied in.
+	for _, st := range e.states {
+		if err := e.fill(st.v[0], nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fill copies raw little-endian bytes (zeros when nil) into a device value.
+func (e *engine) fill(dev *ort.Value, raw []byte) error {
+	host, err := ort.NewEmpty(dev.DType(), dev.Shape())
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	copy(hostBytes(host), raw)
+	return e.train.Copy(dev, host)
+}
+
+// loadWeights puts weights.safetensors on the device: parameters into the
+// current buffers, frozen parameters and buffers into values allocated to
+// their stored shapes.
+func (e *engine) loadWeights(path string) error {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, p := range e.params {
+		if err := e.readInto(f, p.name, p.v[0]); err != nil {
+			return err
+		}
+	}
+	alloc := func(name string) (*ort.Value, error) {
+		info, ok := f.Info(name)
+		if !ok {
+			return nil, fmt.Errorf("%s has no tensor %q, which the manifest lists", path, name)
+		}
+		v, err := e.train.Alloc(info.DType, info.Shape)
+		if err != nil {
+			return nil, err
+		}
+		return v, e.readInto(f, name, v)
+	}
+	for i, t := range e.m.Frozen {
+		if e.frozen[i], err = alloc(t.Name); err != nil {
+			return err
+		}
+	}
+	for i, b := range e.m.Buffers {
+		e.buffers[i].name = b.Name
+		if e.buffers[i].v[0], err = alloc(b.Name); err != nil {
+			return err
+		}
+		v0 := e.buffers[i].v[0]
+		if e.buffers[i].v[1], err = e.train.Alloc(v0.DType(), v0.Shape()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readInto reads the named tensor of f into the device value dev, checking
+// type and shape.
+func (e *engine) readInto(f *safetensors.File, name string, dev *ort.Value) error {
+	info, ok := f.Info(name)
+	if !ok {
+		return &safetensors.CorruptError{Path: f.Path(), Msg: fmt.Sprintf("no tensor %q", name)}
+	}
+	if info.DType != dev.DType() || !sameShape(info.Shape, dev.Shape()) {
+		return &safetensors.CorruptError{Path: f.Path(), Msg: fmt.Sprintf("tensor %q is %v%v, the model needs %v%v", name, info.DType, info.Shape, dev.DType(), dev.Shape())}
+	}
+	host, err := ort.NewEmpty(dev.DType(), dev.Shape())
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	if err := f.ReadInto(name, hostBytes(host)); err != nil {
+		return err
+	}
+	return e.train.Copy(dev, host)
+}
+
+// bind prepares every binding once. Scalars and outputs are host values
+// that ONNX Runtime writes and reads in place.
+func (e *engine) bind() error {
+	scalar := func(v any) (*ort.Value, error) {
+		var s *ort.Value
+		var err error
+		switch x := v.(type) {
+		case bool:
+			s, err = ort.NewScalar(x)
+		case float32:
+			s, err = ort.NewScalar(x)
+		}
+		if err == nil {
+			e.scalars = append(e.scalars, s)
+		}
+		return s, err
+	}
+	var vals [9]*ort.Value
+	for i, init := range []any{true, float32(0), float32(1), float32(1), float32(0), float32(0), float32(0), float32(0), false} {
+		var err error
+		if vals[i], err = scalar(init); err != nil {
+			return err
+		}
+	}
+	reset, lr, step, gscale, clip, loss, gnorm, eloss := vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7]
+	e.reset = ort.Data[bool](reset)
+	e.lr, e.step, e.gradScale, e.clipNorm = ort.Data[float32](lr), ort.Data[float32](step), ort.Data[float32](gscale), ort.Data[float32](clip)
+	e.loss, e.gradNorm, e.evalLoss = ort.Data[float32](loss), ort.Data[float32](gnorm), ort.Data[float32](eloss)
+
+	m := e.m
+	for p := range 2 {
+		for g := range 2 {
+			for u := range 2 {
+				b, err := e.train.NewBinding()
+				if err != nil {
+					return err
+				}
+				e.trainB[p][g][u] = b
+				e.allTrain = append(e.allTrain, b)
+				errs := []error{b.BindInput(m.Reset, reset), b.BindOutput(m.Loss, loss)}
+				errs = append(errs, e.bindCommon(b, p, u)...)
+				for i, gr := range m.Gradients {
+					errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]), b.BindOutput(gr.Out, e.grads[i].v[1-g]))
+				}
+				for i, bf := range m.Buffers {
+					errs = append(errs, b.BindOutput(bf.Out, e.buffers[i].v[1-u]))
+				}
+				if err := firstErr("training graph", errs); err != nil {
+					return err
+				}
+			}
+			b, err := e.op.NewBinding()
+			if err != nil {
+				return err
+			}
+			e.optB[p][g] = b
+			o := m.Optimizer
+			errs := []error{b.BindInput(o.LRInput, lr), b.BindInput(o.StepInput, step), b.BindInput(o.GradScaleInput, gscale),
+				b.BindInput(o.ClipNormInput, clip), b.BindOutput(o.GradNormOutput, gnorm)}
+			for _, pm := range e.params {
+				errs = append(errs, b.BindInput(pm.name, pm.v[p]), b.BindOutput(pm.name+".out", pm.v[1-p]))
+			}
+			for i, gr := range m.Gradients {
+				errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]))
+			}
+			for i, st := range o.States {
+				errs = append(errs, b.BindInput(st.Name, e.states[i].v[p]), b.BindOutput(st.Out, e.states[i].v[1-p]))
+			}
+			if err := firstErr("optimizer graph", errs); err != nil {
+				return err
+			}
+		}
+		for u := range 2 {
+			b, err := e.eval.NewBinding()
+			if err != nil {
+				return err
+			}
+			e.evalB[p][u] = b
+			e.allEval = append(e.allEval, b)
+			errs := append(e.bindCommon(b, p, u), b.BindOutput(m.Loss, eloss))
+			if err := firstErr("eval graph", errs); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	if e.trainData, err = newStage(e.train, m); err != nil {
+		return err
+	}
+	e.evalData, err = newStage(e.eval, m)
+	return err
+}
+
+// bindCommon binds the parameters, frozen parameters and buffers that the
+// training and eval graphs both read.
+func (e *engine) bindCommon(b *ort.Binding, p, u int) []error {
+	var errs []error
+	for _, pm := range e.params {
+		errs = append(errs, b.BindInput(pm.name, pm.v[p]))
+	}
+	for i, t := range e.m.Frozen {
+		errs = append(errs, b.BindInput(t.Name, e.frozen[i]))
+	}
+	for _, bf := range e.buffers {
+		errs = append(errs, b.BindInput(bf.name, bf.v[u]))
+	}
+	return errs
+}
+
+func firstErr(what string, errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// forward runs the training graph on the staged batch: the loss and the
+// gradients, accumulated unless reset. It returns the loss. The buffers'
+// new values are kept only when the loss is finite.
+func (e *engine) forward(reset bool) (float64, error) {
+	e.reset[0] = reset
+	if err := e.trainB[e.p][e.g][e.u].Run(); err != nil {
+		return 0, fmt.Errorf("training graph: %w", err)
+	}
+	e.g ^= 1
+	loss := float64(e.loss[0])
+	if finite(loss) {
+		e.u ^= 1
+	}
+	return loss, nil
+}
+
+// update runs the optimizer graph on the accumulated gradients. The new
+// parameters and states go to the spare buffers and are taken only when the
+// gradient norm is finite; applied says whether they were.
+func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gradNorm float64, applied bool, err error) {
+	e.lr[0], e.step[0], e.gradScale[0], e.clipNorm[0] = float32(lr), float32(step), float32(gradScale), float32(clipNorm)
+	if err := e.optB[e.p][e.g].Run(); err != nil {
+		return math.NaN(), false, fmt.Errorf("optimizer graph: %w", err)
+	}
+	gn := float64(e.gradNorm[0])
+	if finite(gn) {
+		e.p ^= 1
+		return gn, true, nil
+	}
+	return gn, false, nil
+}
+
+// evaluate runs the eval graph on the staged batch and returns its loss.
+func (e *engine) evaluate() (float64, error) {
+	if err := e.evalB[e.p][e.u].Run(); err != nil {
+		return 0, fmt.Errorf("eval graph: %w", err)
+	}
+	return float64(e.evalLoss[0]), nil
+}
+
+// current lists the tensors a checkpoint holds, each at its current
+// parity: parameters, buffers and optimizer states. Gradient accumulators
+// are left out: a checkpoint is taken between optimizer steps, where the
+// next micro-batch resets them.
+func (e *engine) current() []namedValue {
+	var out []namedValue
+	for _, p := range e.params {
+		out = append(out, namedValue{p.name, p.v[e.p]})
+	}
+	for _, b := range e.buffers {
+		out = append(out, namedValue{b.name, b.v[e.u]})
+	}
+	for _, s := range e.states {
+		out = append(out, namedValue{s.name, s.v[e.p]})
+	}
+	return out
+}
+
+type namedValue struct {
+	name string
+	v    *ort.Value
+}
+
+// tensors describes the current state for checkpoint.Save. Each tensor is
+// streamed: on the CPU straight from the resident memory, on a GPU through
+// one host copy at a time, so a large model is never held twice on the host.
+func (e *engine) tensors() []checkpoint.Tensor {
+	var out []checkpoint.Tensor
+	for _, nv := range e.current() {
+		v := nv.v
+		out = append(out, checkpoint.Tensor{Name: nv.name, DType: v.DType(), Shape: v.Shape(),
+			Write: func(w io.Writer) error {
+				if v.OnHost() {
+					_, err := w.Write(hostBytes(v))
+					return err
+				}
+				h, err := e.train.Download(v)
+				if err != nil {
+					return err
+				}
+				defer h.Close()
+				_, err = w.Write(hostBytes(h))
+				return err
+			}})
+	}
+	return out
+}
+
+// restore loads the tensors of a checkpoint into the current buffers.
+func (e *engine) restore(f *safetensors.File) error {
+	for _, nv := range e.current() {
+		if err := e.readInto(f, nv.name, nv.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *engine) close() {
+	for _, b := range append(e.allTrain, e.allEval...) {
+		b.Close()
+	}
+	for p := range 2 {
+		for g := range 2 {
+			e.optB[p][g].Close()
+		}
+	}
+	for _, list := range [][]pair{e.params, e.grads, e.states, e.buffers} {
+		for _, pr := range list {
+			pr.v[0].Close()
+			pr.v[1].Close()
+		}
+	}
+	for _, v := range append(append(e.frozen, e.scalars...), append(e.trainData.vals, e.evalData.vals...)...) {
+		v.Close()
+	}
+	for _, s := range []*ort.Session{e.train, e.op, e.eval} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// stage holds host tensors for a graph's data inputs. A batch is copied
+// into them and they are bound once; new values are made and bound again
+// only when a batch's shape changes (the short last batch of an epoch).
+type stage struct {
+	names  []string // the graph's data inputs, in manifest order
+	dtypes []ort.DType
+	vals   []*ort.Value
+	raw    [][]byte
+	src    []int // index of each input's tensor in the batch; -1 until resolved
+}
+
+func newStage(s *ort.Session, m *artifacts.Manifest) (stage, error) {
+	inputs := map[string]bool{}
+	for _, in := range s.Inputs() {
+		inputs[in.Name] = true
+	}
+	var st stage
+	for _, d := range m.Data {
+		if !inputs[d.Name] {
+			continue // e.g. an eval graph that does not take the target
+		}
+		dt, err := ort.ParseDType(d.DType)
+		if err != nil {
+			return st, fmt.Errorf("data input %s: %w", d.Name, err)
+		}
+		st.names = append(st.names, d.Name)
+		st.dtypes = append(st.dtypes, dt)
+	}
+	st.vals = make([]*ort.Value, len(st.names))
+	st.raw = make([][]byte, len(st.names))
+	st.src = make([]int, len(st.names))
+	for i := range st.src {
+		st.src[i] = -1
+	}
+	return st, nil
+}
+
+// targetAliases are the batch tensor names that feed the graph's target
+// input when no tensor is called "target": what the loaders name labels.
+var targetAliases = []string{"target", "label", "labels"}
+
+// load copies batch b into the staged tensors, rebinding them in bs when
+// their shape changed. It returns the number of samples.
+func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
+	rows := 0
+	for i, name := range st.names {
+		if st.src[i] < 0 {
+			if err := st.resolve(i, b); err != nil {
+				return 0, err
+			}
+		}
+		t := b.Tensors[st.src[i]]
+		if len(t.Shape) > 0 {
+			rows = t.Shape[0]
+		}
+		v := st.vals[i]
+		if v == nil || !sameDims(v.Shape(), t.Shape) {
+			shape := make([]int64, len(t.Shape))
+			for k, d := range t.Shape {
+				shape[k] = int64(d)
+			}
+			nv, err := ort.NewEmpty(st.dtypes[i], shape)
+			if err != nil {
+				return 0, err
+			}
+			for _, bd := range bs {
+				if err := bd.BindInput(name, nv); err != nil {
+					nv.Close()
+					return 0, fmt.Errorf("data input %s%v: %w", name, shape, err)
+				}
+			}
+			v.Close()
+			st.vals[i], st.raw[i] = nv, hostBytes(nv)
+		}
+		switch t.DType {
+		case data.Float32:
+			copy(st.raw[i], asBytes(t.F32))
+		case data.Int64:
+			copy(st.raw[i], asBytes(t.I64))
+		case data.Uint8:
+			copy(st.raw[i], t.U8)
+		}
+	}
+	return rows, nil
+}
+
+// resolve finds the batch tensor that feeds input i and checks its type.
+func (st *stage) resolve(i int, b *data.Batch) error {
+	name := st.names[i]
+	cands := []string{name}
+	if name == "target" {
+		cands = targetAliases
+	}
+	for _, c := range cands {
+		for k, t := range b.Tensors {
+			if t.Name != c {
+				continue
+			}
+			want := map[data.DType][]ort.DType{data.Float32: {ort.Float32}, data.Int64: {ort.Int64}, data.Uint8: {ort.Uint8, ort.Bool}}[t.DType]
+			ok := false
+			for _, d := range want {
+				ok = ok || d == st.dtypes[i]
+			}
+			if !ok {
+				return fmt.Errorf("data: the model's input %s is %v, but the data loader gives %s as %v", name, st.dtypes[i], t.Name, t.DType)
+			}
+			st.src[i] = k
+			return nil
+		}
+	}
+	var have []string
+	for _, t := range b.Tensors {
+		have = append(have, t.Name)
+	}
+	return fmt.Errorf("data: the model takes input %q, but the data loader gives only %v", name, have)
+}
+
+func sameDims(a []int64, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != int64(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// hostBytes views a host value's elements as bytes, without copying.
+func hostBytes(v *ort.Value) []byte {
+	switch v.DType() {
+	case ort.Float32:
+		return asBytes(ort.Data[float32](v))
+	case ort.Float64:
+		return asBytes(ort.Data[float64](v))
+	case ort.Float16:
+		return asBytes(ort.Data[ort.Float16Bits](v))
+	case ort.BFloat16:
+		return asBytes(ort.Data[ort.BFloat16Bits](v))
+	case ort.Int64:
+		return asBytes(ort.Data[int64](v))
+	case ort.Int32:
+		return asBytes(ort.Data[int32](v))
+	case ort.Int8:
+		return asBytes(ort.Data[int8](v))
+	case ort.Uint8:
+		return ort.Data[uint8](v)
+	case ort.Bool:
+		return asBytes(ort.Data[bool](v))
+	}
+	panic(fmt.Sprintf("trainer: no byte view for %v", v.DType()))
+}
+
+func asBytes[T any](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}

@@ -1,0 +1,474 @@
+// Package trainer is ortrain's training loop: it trains an artifact set
+// (training, eval and optimizer graphs; see training/artifacts/SPEC.md) on
+// one device with the weights, gradient accumulators, optimizer state and
+// buffers resident in device memory for the whole run.
+//
+// A step copies the batch into preallocated host tensors that stay bound to
+// the graphs, runs the training graph once per micro-batch and the optimizer
+// graph once per accumulation window, and reads two scalars back (loss and
+// gradient norm). Every graph output X.out is written into the spare one of
+// two device buffers and a parity bit flips instead of a copy; the IO
+// bindings for every parity combination are prepared once, so a step in
+// steady state makes no host↔device copies of state and no Go allocations.
+// Because Binding.Run waits for its outputs anyway, reading the loss every
+// step adds no synchronisation beyond the one ONNX Runtime already does.
+//
+// The loop itself is Run; checkpoints, metrics, early stopping and the
+// progress display hang off it as callbacks (package callback).
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/callback"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/logging"
+	"github.com/ortrain/ortrain/training/rundir"
+	"github.com/ortrain/ortrain/training/schedule"
+	"github.com/ortrain/ortrain/training/telemetry"
+)
+
+// Options configure a Trainer.
+type Options struct {
+	// Config is the resolved run configuration.
+	Config *config.Config
+	// Artifacts is the artifact directory to train.
+	Artifacts string
+	// Session places the graphs (device and provider options), usually from
+	// Config.SessionOptions.
+	Session ort.Options
+	// Train and Val are the datasets; Val nil means no validation.
+	Train, Val data.Dataset
+	// Dir is the run directory: checkpoints, metrics.csv, TensorBoard events.
+	Dir *rundir.Dir
+	// Resume is a checkpoint directory to continue from; "" starts afresh.
+	Resume string
+	// Progress receives the progress bar or lines; nil shows none.
+	Progress *os.File
+	// Callbacks run after the standard ones (metrics, checkpoints, early
+	// stopping, progress).
+	Callbacks []callback.Callback
+}
+
+// Trainer runs one training run. It is not safe for concurrent use.
+type Trainer struct {
+	cfg       *config.Config
+	eng       *engine
+	train     *data.Loader
+	val       *data.Loader
+	sched     schedule.Schedule
+	callbacks callback.List
+	ckpt      *callback.Checkpointer
+	telemetry *telemetry.Sampler
+
+	state      callback.State
+	updates    int64       // optimizer updates applied (skipped steps excluded)
+	cursor     data.Cursor // where the train loader resumes after the last step
+	accum      int
+	clip       float64
+	valEvery   int64
+	tokens     int64  // tokens per sample for token models, else 0
+	lastGood   string // newest checkpoint known whole
+	configHash string
+	configTOML string
+}
+
+// schedState is what a checkpoint stores for the schedule: the schedule
+// itself, so a resumed run keeps its LR curve even when max_steps changes,
+// and the count of applied updates (AdamW's bias-correction step).
+type schedState struct {
+	Schedule schedule.Schedule `json:"schedule"`
+	Updates  int64             `json:"updates"`
+}
+
+// New loads the artifacts onto the device, sets up the loaders, the
+// schedule and the standard callbacks, and restores Options.Resume if given.
+func New(o Options) (t *Trainer, err error) {
+	c := o.Config
+	if err := checkCompatible(c); err != nil {
+		return nil, err
+	}
+	m, err := artifacts.Load(o.Artifacts)
+	if err != nil {
+		return nil, fmt.Errorf("model artifacts %s: %w", o.Artifacts, err)
+	}
+	if err := checkOptimizer(c, m); err != nil {
+		return nil, err
+	}
+	t = &Trainer{cfg: c, accum: c.Trainer.AccumulateGradBatches, clip: c.Trainer.GradientClipVal, lastGood: o.Resume}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	if t.eng, err = openEngine(o.Artifacts, m, o.Session); err != nil {
+		return t, err
+	}
+	if t.train, t.val, err = loaders(c, o.Train, o.Val); err != nil {
+		return t, err
+	}
+	stepsPerEpoch := max(1, int64(t.train.BatchesPerEpoch()/t.accum))
+	maxSteps := c.Trainer.MaxSteps
+	if e := c.Trainer.MaxEpochs; e > 0 && (maxSteps == 0 || int64(e)*stepsPerEpoch < maxSteps) {
+		maxSteps = int64(e) * stepsPerEpoch
+	}
+	t.state = callback.State{MaxSteps: maxSteps, StepsPerEpoch: stepsPerEpoch}
+	if t.val != nil {
+		t.valEvery = c.Trainer.ValCheckInterval.StepsIn(stepsPerEpoch)
+	}
+	if c.Data.Kind == "tokens" {
+		t.tokens = int64(c.Data.Tokens.SeqLen)
+	}
+	if t.sched, err = schedule.FromConfig(c, maxSteps, 1); err != nil {
+		return t, err
+	}
+	if t.configHash, err = c.Hash(); err != nil {
+		return t, err
+	}
+	toml, err := c.Encode()
+	if err != nil {
+		return t, err
+	}
+	t.configTOML = string(toml)
+	if o.Session.Device.CUDA {
+		t.telemetry = telemetry.Start(o.Session.Device.ID, time.Second)
+	}
+	if err := t.setupCallbacks(o); err != nil {
+		return t, err
+	}
+	if o.Resume != "" {
+		if err := t.restore(o.Resume); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// Run trains until max_steps (or max_epochs), early stopping, an error, or
+// ctx is cancelled. Cancellation (the CLI's first SIGINT/SIGTERM) finishes
+// the current step and ends normally, so the final checkpoint is written.
+func (t *Trainer) Run(ctx context.Context) (err error) {
+	s := &t.state
+	if err = t.callbacks.OnTrainStart(s); err == nil {
+		for !s.ShouldStop {
+			if s.Step >= s.MaxSteps {
+				s.StopReason = fmt.Sprintf("reached %d steps", s.MaxSteps)
+				break
+			}
+			if ctx.Err() != nil {
+				s.StopReason = "interrupted; checkpoint written"
+				break
+			}
+			var r callback.StepResult
+			if r, err = t.step(); err != nil {
+				break
+			}
+			if t.valEvery > 0 && s.Step%t.valEvery == 0 {
+				if err = t.validate(); err != nil {
+					break
+				}
+			}
+			if err = t.callbacks.OnStepEnd(s, r); err != nil {
+				break
+			}
+		}
+	}
+	s.Failed = err != nil
+	return errors.Join(err, t.callbacks.OnTrainEnd(s))
+}
+
+// step runs one optimizer step: accumulate micro-batches, then update.
+func (t *Trainer) step() (callback.StepResult, error) {
+	start := time.Now()
+	r := callback.StepResult{GradNorm: math.NaN(), LR: t.sched.LR(t.state.Step)}
+	ok := true
+	for k := range t.accum {
+		b, err := t.train.Next()
+		if err != nil {
+			return r, fmt.Errorf("training data: %w", err)
+		}
+		rows, err := t.eng.trainData.load(b, t.eng.allTrain)
+		if err != nil {
+			return r, err
+		}
+		loss, err := t.eng.forward(k == 0)
+		if err != nil {
+			return r, err
+		}
+		r.Loss += loss / float64(t.accum)
+		r.Samples += int64(rows)
+		r.DataWait += b.Wait
+		ok = ok && finite(loss)
+		t.cursor = b.Cursor
+	}
+	if ok {
+		gn, applied, err := t.eng.update(r.LR, t.updates+1, 1/float64(t.accum), t.clip)
+		if err != nil {
+			return r, err
+		}
+		r.GradNorm, ok = gn, applied
+	}
+	if !ok && !t.cfg.Trainer.SkipNonfinite {
+		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, LastCheckpoint: t.lastCheckpoint()}
+	}
+	if ok {
+		t.updates++
+	}
+	r.Skipped = !ok
+	r.Tokens = r.Samples * t.tokens
+	t.state.Step++
+	t.state.Epoch = int64(t.cursor.Epoch)
+	r.Duration = time.Since(start)
+	return r, nil
+}
+
+// validate runs the eval graph over the validation set (or its first
+// limit_val_batches batches) and reports val/loss, the sample-weighted mean.
+func (t *Trainer) validate() error {
+	if err := t.val.Resume(data.Cursor{}); err != nil {
+		return err
+	}
+	n := t.val.BatchesPerEpoch()
+	if lim := t.cfg.Trainer.LimitValBatches; lim > 0 && lim < n {
+		n = lim
+	}
+	var sum float64
+	var count int
+	for range n {
+		b, err := t.val.Next()
+		if err != nil {
+			return fmt.Errorf("validation data: %w", err)
+		}
+		rows, err := t.eng.evalData.load(b, t.eng.allEval)
+		if err != nil {
+			return err
+		}
+		loss, err := t.eng.evaluate()
+		if err != nil {
+			return err
+		}
+		sum += loss * float64(rows)
+		count += rows
+	}
+	return t.callbacks.OnValidationEnd(&t.state, map[string]float64{"val/loss": sum / float64(max(count, 1))})
+}
+
+// Snapshot implements callback.Snapshotter: the device state streamed to
+// host bytes, and the loop's position.
+func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Tensor, error) {
+	cur, err := json.Marshal(t.cursor)
+	if err != nil {
+		return nil, nil, err
+	}
+	sch, err := json.Marshal(schedState{t.sched, t.updates})
+	if err != nil {
+		return nil, nil, err
+	}
+	cbs, err := t.callbacks.State()
+	if err != nil {
+		return nil, nil, err
+	}
+	st := &checkpoint.State{Loader: cur, Scheduler: sch, Callbacks: cbs, Monitor: t.cfg.Trainer.Monitor,
+		ConfigHash: t.configHash, Config: t.configTOML, Version: artifacts.Version}
+	return st, t.eng.tensors(), nil
+}
+
+// restore continues from the checkpoint in dir: tensors back onto the
+// device, step, epoch, loader position, schedule and callback state.
+func (t *Trainer) restore(dir string) error {
+	ck, err := checkpoint.Load(dir)
+	if err != nil {
+		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
+	defer ck.Close()
+	st := ck.State
+	if st.ConfigHash != t.configHash {
+		return configChanged(dir, st.Config, t.cfg)
+	}
+	if err := t.eng.restore(ck.Tensors); err != nil {
+		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
+	var ss schedState
+	if err := json.Unmarshal(st.Scheduler, &ss); err != nil {
+		return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "scheduler: " + err.Error()}
+	}
+	if err := json.Unmarshal(st.Loader, &t.cursor); err != nil {
+		return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "loader: " + err.Error()}
+	}
+	if err := t.train.Resume(t.cursor); err != nil {
+		return err
+	}
+	t.sched, t.updates = ss.Schedule, ss.Updates
+	t.state.Step, t.state.Epoch = st.Step, int64(t.cursor.Epoch)
+	return t.callbacks.Restore(st.Callbacks)
+}
+
+// configChanged explains why a checkpoint cannot be resumed with this
+// configuration, naming the keys that differ.
+func configChanged(dir, saved string, now *config.Config) error {
+	msg := "the configuration changes the computation since the checkpoint; start a new run or restore the keys"
+	if old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile)); err == nil {
+		if diff, err := config.Diff(old, now); err == nil && len(diff) > 0 {
+			msg += fmt.Sprintf(" %v", diff)
+		}
+	}
+	return &config.Error{Source: dir, Key: "resume", Msg: msg}
+}
+
+func (t *Trainer) lastCheckpoint() string {
+	if t.ckpt != nil && t.ckpt.LastPath != "" {
+		return t.ckpt.LastPath
+	}
+	return t.lastGood
+}
+
+// setupCallbacks builds the standard callbacks around the run directory.
+func (t *Trainer) setupCallbacks(o Options) error {
+	tc := t.cfg.Trainer
+	mgr, err := checkpoint.NewManager(o.Dir.Checkpoints(), tc.SaveTopK, tc.Monitor, tc.Mode)
+	if err != nil {
+		return err
+	}
+	resumeStep := int64(-1)
+	if o.Resume != "" {
+		st, err := checkpoint.Load(o.Resume)
+		if err != nil {
+			return fmt.Errorf("resume from %s: %w", o.Resume, err)
+		}
+		resumeStep = st.State.Step
+		st.Close()
+	}
+	csv, err := logging.OpenCSV(o.Dir.File(rundir.MetricsFile), resumeStep)
+	if err != nil {
+		return err
+	}
+	tb, err := logging.NewTensorBoard(o.Dir.Path)
+	if err != nil {
+		csv.Close()
+		return err
+	}
+	t.ckpt = callback.NewCheckpointer(mgr, t, tc.CheckpointEveryNSteps, tc.Monitor)
+	t.callbacks = callback.List{callback.NewLogMetrics(logging.Multi(csv, tb), int64(tc.LogEveryNSteps), t.telemetry), t.ckpt}
+	if tc.EarlyStoppingPatience > 0 {
+		t.callbacks = append(t.callbacks, callback.NewEarlyStopping(tc.Monitor, tc.Mode, tc.EarlyStoppingPatience, tc.EarlyStoppingMinDelta))
+	}
+	if o.Progress != nil {
+		t.callbacks = append(t.callbacks, callback.NewProgress(o.Progress, int64(tc.LogEveryNSteps)))
+	}
+	t.callbacks = append(t.callbacks, o.Callbacks...)
+	return nil
+}
+
+// loaders makes the train loader (shuffled per the config) and, with a
+// validation set, the val loader (in order).
+func loaders(c *config.Config, train, val data.Dataset) (*data.Loader, *data.Loader, error) {
+	if train == nil {
+		return nil, nil, errors.New("trainer: no training dataset")
+	}
+	d := c.Data
+	limit := int64(d.MemoryLimit)
+	if limit == 0 { // data.memory_limit = 0: no limit
+		limit = math.MaxInt64
+	}
+	// num_workers = 0 (load on the training goroutine) runs one worker:
+	// the loader always loads ahead.
+	cfg := data.Config{BatchSize: d.BatchSize, Workers: max(1, d.NumWorkers), Prefetch: d.Prefetch,
+		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast}
+	tl, err := data.New(train, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("training data: %w", err)
+	}
+	if val == nil {
+		return tl, nil, nil
+	}
+	cfg.Shuffle, cfg.DropLast = false, false
+	vl, err := data.New(val, cfg)
+	if err != nil {
+		tl.Close()
+		return nil, nil, fmt.Errorf("validation data: %w", err)
+	}
+	return tl, vl, nil
+}
+
+// checkCompatible rejects settings the artifact graphs cannot honour.
+func checkCompatible(c *config.Config) error {
+	if c.Trainer.GradientClipVal > 0 && c.Trainer.GradientClipAlgorithm != "norm" {
+		return &config.Error{Key: "trainer.gradient_clip_algorithm", Msg: fmt.Sprintf("%q: optimizer.onnx clips by global norm only; use \"norm\" or gradient_clip_val = 0", c.Trainer.GradientClipAlgorithm)}
+	}
+	return nil
+}
+
+// checkOptimizer compares the optimizer baked into optimizer.onnx with the
+// config: a setting the user gave that the graph does not have is an error,
+// since it would silently not apply.
+func checkOptimizer(c *config.Config, m *artifacts.Manifest) error {
+	o, g := c.Optimizer, m.Optimizer.Config
+	check := []struct {
+		key       string
+		cfg, have any
+	}{
+		{"optimizer.name", o.Name, g.Kind},
+		{"optimizer.weight_decay", o.WeightDecay, g.WeightDecay},
+		{"optimizer.momentum", o.Momentum, g.Momentum},
+		{"optimizer.nesterov", o.Nesterov, g.Nesterov},
+		{"optimizer.eps", o.Eps, g.Eps},
+	}
+	if len(o.Betas) == 2 {
+		check = append(check, struct {
+			key       string
+			cfg, have any
+		}{"optimizer.betas", fmt.Sprint(o.Betas), fmt.Sprint([]float64{g.Beta1, g.Beta2})})
+	}
+	for _, k := range check {
+		if c.IsSet(k.key) && k.cfg != k.have {
+			return &config.Error{Key: k.key, Msg: fmt.Sprintf("%v, but the artifacts' optimizer.onnx has %v baked in; rebuild the artifacts or drop the key", k.cfg, k.have)}
+		}
+	}
+	return nil
+}
+
+// NonFiniteError stops a run whose loss or gradient norm is NaN or Inf
+// (with trainer.skip_nonfinite = false). The update was not applied and no
+// checkpoint was written after it.
+type NonFiniteError struct {
+	Step           int64 // the optimizer step that failed, 1-based
+	Loss, GradNorm float64
+	LastCheckpoint string // the newest whole checkpoint, "" if none
+}
+
+// Error says what was not finite and where to resume from.
+func (e *NonFiniteError) Error() string {
+	last := "no checkpoint was saved yet"
+	if e.LastCheckpoint != "" {
+		last = "the last good checkpoint is " + e.LastCheckpoint
+	}
+	return fmt.Sprintf("step %d: loss %g, gradient norm %g: not finite; stopped without applying the update (%s). "+
+		"Lower optimizer.lr, set trainer.gradient_clip_val, or set trainer.skip_nonfinite = true to skip such steps",
+		e.Step, e.Loss, e.GradNorm, last)
+}
+
+// Close releases the device state, the loaders and the telemetry sampler.
+func (t *Trainer) Close() error {
+	if t.train != nil {
+		t.train.Close()
+	}
+	if t.val != nil {
+		t.val.Close()
+	}
+	if t.eng != nil {
+		t.eng.close()
+	}
+	t.telemetry.Stop()
+	return nil
+}

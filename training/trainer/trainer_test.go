@@ -1,0 +1,244 @@
+package trainer
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/callback"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/safetensors"
+)
+
+var tempRoot string
+
+func mkdirTemp() (string, error) { return tempRoot, nil }
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	var err error
+	if tempRoot, err = os.MkdirTemp("", "ortrain-trainer-"); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(tempRoot)
+	os.Exit(code)
+}
+
+// TestTrainsAndValidates: the loop with accumulation, clipping and a
+// cosine schedule learns the blobs (training loss falls below half its
+// start, validation loss below 0.3), validates every 5 steps, and leaves
+// the newest checkpoint plus the top 2 by val/loss.
+func TestTrainsAndValidates(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.max_steps=40")
+	rec := &recorder{}
+	dir, err := run(t, c, "", "", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := rec.results[0].Loss, rec.results[len(rec.results)-1].Loss
+	if len(rec.results) != 40 || len(rec.val) != 8 || !rec.trainEnd {
+		t.Fatalf("%d steps, %d validations, train end %v; want 40, 8, true", len(rec.results), len(rec.val), rec.trainEnd)
+	}
+	t.Logf("loss %.3f -> %.3f, val/loss %.3f -> %.3f", first, last, rec.val[0], rec.val[len(rec.val)-1])
+	if last > first/2 || rec.val[len(rec.val)-1] > 0.3 {
+		t.Errorf("loss %.3f -> %.3f, val/loss %.3f; want a halving and val/loss < 0.3", first, last, rec.val[len(rec.val)-1])
+	}
+	for i, r := range rec.results {
+		if r.Samples != 16 || r.Skipped || !(r.GradNorm > 0) {
+			t.Errorf("step %d: %d samples, skipped %v, grad norm %g; want 16 (2×8), false, > 0", i+1, r.Samples, r.Skipped, r.GradNorm)
+		}
+	}
+	mgr, err := checkpoint.NewManager(filepath.Join(dir, "checkpoints"), 2, "val/loss", "min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(mgr.Entries()); n < 2 || n > 3 {
+		t.Errorf("%d checkpoints kept, want the newest plus the top 2", n)
+	}
+	for _, f := range []string{"metrics.csv", "checkpoints/last"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestResumeIsBitExact: a run interrupted at step 10 (as by SIGINT: the
+// step finishes, a checkpoint is written) and resumed from that checkpoint
+// gives the uninterrupted run's loss and gradient-norm sequence bit for bit,
+// and the same final weights and optimizer state.
+func TestResumeIsBitExact(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t))
+	full := &recorder{}
+	fullDir, err := run(t, c, "", "", full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := &recorder{stopAt: 10}
+	dir, err := run(t, c, "", "", part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(part.results) != 10 {
+		t.Fatalf("interrupted run did %d steps, want 10", len(part.results))
+	}
+	ck, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := &recorder{}
+	if _, err := run(t, c, dir, ck, rest); err != nil {
+		t.Fatal(err)
+	}
+	got := append(part.results, rest.results...)
+	if len(got) != len(full.results) {
+		t.Fatalf("interrupted + resumed = %d steps, uninterrupted %d", len(got), len(full.results))
+	}
+	for i := range got {
+		a, b := full.results[i], got[i]
+		if math.Float64bits(a.Loss) != math.Float64bits(b.Loss) || math.Float64bits(a.GradNorm) != math.Float64bits(b.GradNorm) || a.LR != b.LR {
+			t.Errorf("step %d: loss %v grad_norm %v lr %v, uninterrupted %v %v %v", i+1, b.Loss, b.GradNorm, b.LR, a.Loss, a.GradNorm, a.LR)
+		}
+	}
+	equalTensors(t, filepath.Join(fullDir, "checkpoints", "last"), filepath.Join(dir, "checkpoints", "last"))
+}
+
+// equalTensors checks two checkpoints hold the same tensors byte for byte.
+func equalTensors(t *testing.T, a, b string) {
+	t.Helper()
+	ta, _, err := safetensors.Read(filepath.Join(a, checkpoint.TensorsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, _, err := safetensors.Read(filepath.Join(b, checkpoint.TensorsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ta) != len(tb) {
+		t.Fatalf("%d tensors vs %d", len(ta), len(tb))
+	}
+	for i := range ta {
+		if ta[i].Name != tb[i].Name || string(ta[i].Data) != string(tb[i].Data) {
+			t.Errorf("tensor %s differs after resume", ta[i].Name)
+		}
+	}
+}
+
+// TestNonFinite: sample 5 carries a NaN. Without skip_nonfinite the run
+// stops at the first step that meets it with a NonFiniteError naming the
+// last checkpoint, and writes none after it (the newest stays whole and
+// finite). With skip_nonfinite the run finishes, each step that met it is
+// marked skipped, and the weights stay finite.
+func TestNonFinite(t *testing.T) {
+	art := mlpArtifacts(t)
+	for _, skip := range []bool{false, true} {
+		c := testConfig(t, art, "trainer.checkpoint_every_n_steps=1", "trainer.skip_nonfinite="+map[bool]string{true: "true", false: "false"}[skip])
+		rec := &recorder{}
+		dir, err := run(t, c, "", "", rec, newBlobs(96, 1, 5))
+		ck, lerr := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		loaded, lerr := checkpoint.Load(ck)
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		for _, info := range loaded.Tensors.Tensors() {
+			raw, _ := loaded.Tensors.Read(info.Name)
+			for _, v := range asFloat32(raw) {
+				if !finite(float64(v)) {
+					t.Fatalf("skip=%v: checkpoint %s holds non-finite %s", skip, ck, info.Name)
+				}
+			}
+		}
+		loaded.Close()
+		var nf *NonFiniteError
+		skipped := 0
+		for _, r := range rec.results {
+			if r.Skipped {
+				skipped++
+			}
+		}
+		if !skip {
+			if !errors.As(err, &nf) || nf.LastCheckpoint != ck || loaded.State.Step != nf.Step-1 {
+				t.Errorf("skip=false: err = %v, latest checkpoint %s at step %d; want a NonFiniteError naming it, one step before", err, ck, loaded.State.Step)
+			}
+			t.Logf("skip=false: %v", err)
+			continue
+		}
+		// 24 steps of 16 samples cover 4 epochs of 96: sample 5 comes up 4 times.
+		if err != nil || skipped != 4 || len(rec.results) != 24 {
+			t.Errorf("skip=true: err %v, %d of %d steps skipped; want nil, 4 of 24", err, skipped, len(rec.results))
+		}
+	}
+}
+
+func asFloat32(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+	}
+	return out
+}
+
+// TestStateStaysOnDevice counts the copies through the ort layer between
+// steps 2 and 20 of a run without checkpoints or validation in between:
+// weights, gradients, optimizer state and buffers cross zero times, and
+// every parameter is always one of its two preallocated buffers.
+func TestStateStaysOnDevice(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.checkpoint_every_n_steps=0", "trainer.val_check_interval=1000")
+	var before, after ort.TransferStats
+	rec := &recorder{}
+	rec.onStep = func(s *callback.State) {
+		switch s.Step {
+		case 2:
+			before = ort.Transfers()
+		case 20:
+			after = ort.Transfers()
+		}
+	}
+	if _, err := run(t, c, "", "", rec); err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	t.Logf("steps 3..20: %+v", d)
+	if d != (ort.TransferStats{}) {
+		t.Errorf("18 steps moved %+v through the ort layer, want none", d)
+	}
+}
+
+// TestStepDoesNotAllocate: once the loader runs and the batch tensors are
+// bound, an optimizer step (two micro-batches, the update, the schedule)
+// makes no Go allocation, and every parameter stays one of its two
+// preallocated device buffers.
+func TestStepDoesNotAllocate(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.max_steps=1000", "data.drop_last=true")
+	tr, _ := build(t, c, "", "", nil)
+	for range 3 {
+		if _, err := tr.step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ptrs := map[uintptr]bool{}
+	for _, p := range tr.eng.params {
+		ptrs[p.v[0].DataPointer()], ptrs[p.v[1].DataPointer()] = true, true
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := tr.step(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a step allocates %.1f times, want 0", allocs)
+	}
+	for _, nv := range tr.eng.current()[:len(tr.eng.params)] {
+		if !ptrs[nv.v.DataPointer()] {
+			t.Errorf("parameter %s moved to memory outside its two buffers", nv.name)
+		}
+	}
+}
