@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/ort"
-	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/rundir"
@@ -157,55 +152,10 @@ func openRunDir(cfg *config.Config, resume, runDir string, overwrite bool) (*run
 		d, err := rundir.New(cfg.OutputDir, cfg.Name)
 		return d, "", err
 	}
-	ck, version, err := findResume(cfg, resume)
+	ck, version, err := rundir.FindCheckpoint("--resume", resume, cfg.OutputDir, cfg.Name)
 	if err != nil {
 		return nil, "", err
 	}
 	d, err := rundir.Resume(version)
 	return d, ck, err
-}
-
-var versionName = regexp.MustCompile(`^version_(\d+)$`)
-
-// findResume resolves --resume to a checkpoint directory and the version
-// directory it belongs to.
-func findResume(cfg *config.Config, resume string) (ck, version string, err error) {
-	bad := func(format string, args ...any) error {
-		return &rundir.Error{Path: resume, Msg: fmt.Sprintf(format, args...)}
-	}
-	if resume == "last" {
-		root := filepath.Join(cfg.OutputDir, cfg.Name)
-		des, err := os.ReadDir(root)
-		if err != nil {
-			return "", "", &rundir.Error{Path: root, Msg: "--resume last: no earlier run named " + cfg.Name}
-		}
-		best := -1
-		for _, de := range des {
-			if m := versionName.FindStringSubmatch(de.Name()); m != nil {
-				n, _ := strconv.Atoi(m[1])
-				v := filepath.Join(root, de.Name())
-				if _, err := checkpoint.Latest(filepath.Join(v, rundir.CheckpointsDir)); err == nil && n > best {
-					best, version = n, v
-				}
-			}
-		}
-		if best < 0 {
-			return "", "", &rundir.Error{Path: root, Msg: "--resume last: no version holds a whole checkpoint"}
-		}
-	} else if _, err := os.Stat(filepath.Join(resume, checkpoint.StateFile)); err == nil {
-		real, err := filepath.EvalSymlinks(resume)
-		if err != nil {
-			return "", "", err
-		}
-		return real, filepath.Dir(filepath.Dir(real)), nil
-	} else if _, err := os.Stat(filepath.Join(resume, rundir.CheckpointsDir)); err == nil {
-		version = resume
-	} else {
-		return "", "", bad("--resume takes last, a checkpoint directory (with %s) or a run's version directory (with %s/)", checkpoint.StateFile, rundir.CheckpointsDir)
-	}
-	ck, err = checkpoint.Latest(filepath.Join(version, rundir.CheckpointsDir))
-	if errors.Is(err, checkpoint.ErrNone) {
-		return "", "", bad("no whole checkpoint in %s", filepath.Join(version, rundir.CheckpointsDir))
-	}
-	return ck, version, err
 }

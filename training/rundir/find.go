@@ -1,0 +1,66 @@
+package rundir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+
+	"github.com/ortrain/ortrain/training/checkpoint"
+)
+
+var versionName = regexp.MustCompile(`^version_(\d+)$`)
+
+// FindCheckpoint resolves what a user names as a checkpoint — "last" (the
+// newest whole checkpoint of the newest version of run name under
+// outputDir), a checkpoint directory, or a version directory (its newest
+// whole checkpoint) — to the checkpoint directory and the version directory
+// it belongs to. flag names the option in errors (--resume, --checkpoint).
+func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err error) {
+	bad := func(format string, args ...any) error {
+		return &Error{Path: spec, Msg: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case spec == "last":
+		root := filepath.Join(outputDir, name)
+		des, err := os.ReadDir(root)
+		if err != nil {
+			return "", "", &Error{Path: root, Msg: flag + " last: no earlier run named " + name}
+		}
+		best := -1
+		for _, de := range des {
+			if m := versionName.FindStringSubmatch(de.Name()); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				v := filepath.Join(root, de.Name())
+				if _, err := checkpoint.Latest(filepath.Join(v, CheckpointsDir)); err == nil && n > best {
+					best, version = n, v
+				}
+			}
+		}
+		if best < 0 {
+			return "", "", &Error{Path: root, Msg: flag + " last: no version holds a whole checkpoint"}
+		}
+	case exists(filepath.Join(spec, checkpoint.StateFile)):
+		real, err := filepath.EvalSymlinks(spec)
+		if err != nil {
+			return "", "", err
+		}
+		return real, filepath.Dir(filepath.Dir(real)), nil
+	case exists(filepath.Join(spec, CheckpointsDir)):
+		version = spec
+	default:
+		return "", "", bad("%s takes last, a checkpoint directory (with %s) or a run's version directory (with %s/)", flag, checkpoint.StateFile, CheckpointsDir)
+	}
+	ck, err = checkpoint.Latest(filepath.Join(version, CheckpointsDir))
+	if errors.Is(err, checkpoint.ErrNone) {
+		return "", "", bad("no whole checkpoint in %s", filepath.Join(version, CheckpointsDir))
+	}
+	return ck, version, err
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
