@@ -1,55 +1,188 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/eval"
 	"github.com/ortrain/ortrain/eval/report"
+	"github.com/ortrain/ortrain/eval/sliding"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/config"
 )
 
 func evalCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "eval",
-		Usage:     "compare a reconstructed volume with its reference: PSNR, SSIM, MS-SSIM",
-		UsageText: "ortrain eval --input recon.nii.gz --reference ref.nii.gz [--data-range R] [--json] [--report out.html]",
-		Description: `Metrics are computed on the whole volume in the reference's intensity units:
-PSNR with the data range (the reference's max - min unless --data-range is
-given), SSIM in 3-D with a Gaussian window (sigma 1.5, K1 0.01, K2 0.03, as
+		Name:  "eval",
+		Usage: "evaluate a checkpoint, or compare a reconstructed volume with its reference",
+		UsageText: `ortrain eval --checkpoint PATH [--config C] [--input vol.nii.gz [--out recon.nii.gz]] [options]
+ortrain eval --input recon.nii.gz --reference ref.nii.gz [--data-range R] [--json] [--report out.html]`,
+		Description: `With --checkpoint: loads the eval graph and the checkpoint's weights (the
+config saved in the checkpoint unless --config is given). Volume models
+reconstruct whole volumes (the validation volumes, or --input) with sliding
+windows of the training patch size, blended as MONAI does, and are measured in
+the intensity window's units; other models get the validation loss, and
+top-1/top-5 accuracy when they classify. Metrics are printed and written as
+metrics.json and metrics.csv to --out-dir (default RUN/eval/<checkpoint>).
+
+With --reference: metrics of one volume against another on the whole volume:
+PSNR with the data range (the reference's max - min unless --data-range),
+SSIM in 3-D with a Gaussian window (sigma 1.5, K1 0.01, K2 0.03, as
 scikit-image's structural_similarity with gaussian_weights=True and
 use_sample_covariance=False), MS-SSIM (5 scales, as torchmetrics; needs 176
 voxels on every axis), MAE and MSE.
 
 Examples:
-   ortrain eval --input recon.nii.gz --reference ct.nii.gz
-   ortrain eval --input recon.nii.gz --reference ct.nii.gz --data-range 4095 --json
-   ortrain eval --input recon.nii.gz --reference ct.nii.gz --report recon.html`,
+   ortrain eval --checkpoint outputs/vqgan/version_0 --report vq.html
+   ortrain eval --checkpoint outputs/vqgan/version_0 --input ct.nii.gz --out recon.nii.gz
+   ortrain eval --input recon.nii.gz --reference ct.nii.gz --data-range 4095 --json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "input", Usage: "the reconstruction (NIfTI .nii or .nii.gz)"},
-			&cli.StringFlag{Name: "reference", Usage: "the reference volume (NIfTI)"},
-			&cli.Float64Flag{Name: "data-range", Usage: "intensity range for PSNR and SSIM (default: the reference's max - min)"},
+			&cli.StringFlag{Name: "checkpoint", Usage: "a checkpoint directory, a run's version directory (its newest checkpoint), or last (with --config)"},
+			&cli.StringFlag{Name: "config", Usage: "run configuration to use instead of the checkpoint's"},
+			&cli.StringSliceFlag{Name: "set", Usage: "override a key of the configuration (repeatable)"},
+			&cli.StringSliceFlag{Name: "input", Usage: "NIfTI volume: to reconstruct (repeatable), or the reconstruction to compare"},
+			&cli.StringFlag{Name: "out", Usage: "write the reconstruction of the one --input here as NIfTI, with its geometry"},
+			&cli.StringFlag{Name: "out-dir", Usage: "where metrics.json and metrics.csv go (default RUN/eval/<checkpoint>)"},
+			&cli.Float64Flag{Name: "overlap", Value: 0.25, Usage: "fraction by which sliding windows overlap"},
+			&cli.StringFlag{Name: "blend", Value: "gaussian", Usage: "constant or gaussian weights where windows overlap"},
+			&cli.IntFlag{Name: "batch-size", Value: 1, Usage: "windows per model run"},
+			&cli.StringFlag{Name: "device", Usage: "cpu or cuda:N (default: the config's trainer.device)"},
+			&cli.StringFlag{Name: "reference", Usage: "the reference volume to compare --input with (NIfTI)"},
+			&cli.Float64Flag{Name: "data-range", Usage: "with --reference: intensity range for PSNR and SSIM (default: the reference's max - min)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the metrics as JSON"},
 			&cli.StringFlag{Name: "report", Usage: "also write an HTML report with slices and error maps to this file"},
-			&cli.StringFlag{Name: "checkpoint", Usage: "evaluate a training checkpoint (not built yet)"},
 		},
 		Action: evalAction,
 	}
 }
 
 func evalAction(c *cli.Context) error {
-	if c.IsSet("checkpoint") {
-		return cli.Exit("`ortrain eval --checkpoint` is not built yet (evaluation of checkpoints, issue 7); nothing was done", 1)
+	switch {
+	case c.IsSet("checkpoint") && c.IsSet("reference"):
+		return usageError{errors.New("eval takes --checkpoint or --reference, not both")}
+	case c.IsSet("checkpoint"):
+		return evalCheckpoint(c)
+	case c.IsSet("reference"):
+		return evalCompare(c)
 	}
-	if c.String("input") == "" || c.String("reference") == "" {
-		return usageError{fmt.Errorf("eval needs --input and --reference (see ortrain eval --help)")}
+	return usageError{errors.New("eval needs --checkpoint, or --input and --reference (see ortrain eval --help)")}
+}
+
+func evalCheckpoint(c *cli.Context) error {
+	var cfg *config.Config
+	if path := c.String("config"); path != "" {
+		var err error
+		if cfg, err = loadConfig(path, c.StringSlice("set")); err != nil {
+			return err
+		}
+	}
+	mode, err := sliding.ParseMode(c.String("blend"))
+	if err != nil {
+		return usageError{err}
+	}
+	if err := loadORT(c, ""); err != nil {
+		return err
+	}
+	opts := ort.Options{}
+	if d := c.String("device"); d != "" {
+		if opts.Device, err = ort.ParseDevice(d); err != nil {
+			return err
+		}
+	} else if cfg != nil {
+		providers, _ := ort.AvailableProviders()
+		if opts, err = cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider")); err != nil {
+			return err
+		}
+	}
+	res, err := eval.EvaluateCheckpoint(c.Context, eval.CheckpointOptions{
+		Checkpoint: c.String("checkpoint"), Config: cfg, Inputs: c.StringSlice("input"), Out: c.String("out"),
+		Overlap: c.Float64("overlap"), Mode: mode, BatchSize: c.Int("batch-size"), Session: opts,
+	})
+	if err != nil {
+		return err
+	}
+	dir := c.String("out-dir")
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(filepath.Dir(res.Checkpoint)), "eval", filepath.Base(res.Checkpoint))
+	}
+	if err := writeEvalMetrics(dir, res); err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(w, "checkpoint %s (step %d)\n", res.Checkpoint, res.Step)
+		for _, row := range res.Table()[1:] {
+			fmt.Fprintf(w, "%-28s %s\n", row[0], row[1])
+		}
+	}
+	if path := c.String("report"); path != "" {
+		r := report.Report{Title: "Evaluation of " + res.Checkpoint, Generated: time.Now(), Volumes: res.Reports,
+			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE"},
+			Tables:      []report.Table{{Title: "Metrics", Columns: []string{"metric", "value"}, Rows: res.Table()[1:]}},
+			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "ONNX Runtime", Value: ort.Version()}, {Key: "device", Value: opts.Device.String()}}}
+		if err := report.Write(path, r); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", path)
+	}
+	return nil
+}
+
+// writeEvalMetrics writes metrics.json and metrics.csv into dir, which must
+// not hold them already.
+func writeEvalMetrics(dir string, res *eval.CheckpointResult) error {
+	js, csvPath := filepath.Join(dir, "metrics.json"), filepath.Join(dir, "metrics.csv")
+	for _, p := range []string{js, csvPath} {
+		if _, err := os.Stat(p); err == nil {
+			return usageError{fmt.Errorf("%s exists; pass another --out-dir", p)}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(csvPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	cw := csv.NewWriter(f)
+	cw.WriteAll(res.Table())
+	if err := cw.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func evalCompare(c *cli.Context) error {
+	inputs := c.StringSlice("input")
+	if len(inputs) != 1 {
+		return usageError{fmt.Errorf("--reference compares one --input, got %d", len(inputs))}
 	}
 	if c.Float64("data-range") < 0 {
 		return usageError{fmt.Errorf("--data-range must be positive, got %g", c.Float64("data-range"))}
 	}
-	m, entry, err := eval.CompareFiles(c.String("input"), c.String("reference"), c.Float64("data-range"))
+	m, entry, err := eval.CompareFiles(inputs[0], c.String("reference"), c.Float64("data-range"))
 	if err != nil {
 		return err
 	}
@@ -61,7 +194,7 @@ func evalAction(c *cli.Context) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(w, "%s against %s (%d×%d×%d, data range %g)\n", c.String("input"), c.String("reference"), m.Shape[0], m.Shape[1], m.Shape[2], m.DataRange)
+		fmt.Fprintf(w, "%s against %s (%d×%d×%d, data range %g)\n", inputs[0], c.String("reference"), m.Shape[0], m.Shape[1], m.Shape[2], m.DataRange)
 		fmt.Fprintf(w, "PSNR     %.4f dB\nSSIM     %.6f\n", m.PSNR, m.SSIM)
 		if m.MSSSIM != nil {
 			fmt.Fprintf(w, "MS-SSIM  %.6f\n", *m.MSSSIM)
@@ -76,7 +209,7 @@ func evalAction(c *cli.Context) error {
 			Generated:   time.Now(),
 			Volumes:     []report.VolumeResult{entry},
 			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE"},
-			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "input", Value: c.String("input")}, {Key: "reference", Value: c.String("reference")}},
+			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "input", Value: inputs[0]}, {Key: "reference", Value: c.String("reference")}},
 		}
 		if err := report.Write(path, r); err != nil {
 			return err

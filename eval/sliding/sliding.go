@@ -64,6 +64,16 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// ParseMode reads a Mode as String writes it.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Constant, Gaussian} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("blend mode %q: want constant or gaussian", s)
+}
+
 // DefaultSigmaScale is MONAI's default sigma_scale: σ = 0.125 × patch size.
 const DefaultSigmaScale = 0.125
 

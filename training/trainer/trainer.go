@@ -376,6 +376,25 @@ func loaders(c *config.Config, train, val data.Dataset) (*data.Loader, *data.Loa
 	if train == nil {
 		return nil, nil, errors.New("trainer: no training dataset")
 	}
+	tl, err := data.New(train, LoaderConfig(c, true))
+	if err != nil {
+		return nil, nil, fmt.Errorf("training data: %w", err)
+	}
+	if val == nil {
+		return tl, nil, nil
+	}
+	vl, err := data.New(val, LoaderConfig(c, false))
+	if err != nil {
+		tl.Close()
+		return nil, nil, fmt.Errorf("validation data: %w", err)
+	}
+	return tl, vl, nil
+}
+
+// LoaderConfig is the loader setup data of c describes, for the training
+// set (shuffled, dropping the last batch as configured) or, with train
+// false, the validation set (in order, every sample).
+func LoaderConfig(c *config.Config, train bool) data.Config {
 	d := c.Data
 	limit := int64(d.MemoryLimit)
 	if limit == 0 { // data.memory_limit = 0: no limit
@@ -385,20 +404,10 @@ func loaders(c *config.Config, train, val data.Dataset) (*data.Loader, *data.Loa
 	// the loader always loads ahead.
 	cfg := data.Config{BatchSize: d.BatchSize, Workers: max(1, d.NumWorkers), Prefetch: d.Prefetch,
 		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast}
-	tl, err := data.New(train, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("training data: %w", err)
+	if !train {
+		cfg.Shuffle, cfg.DropLast = false, false
 	}
-	if val == nil {
-		return tl, nil, nil
-	}
-	cfg.Shuffle, cfg.DropLast = false, false
-	vl, err := data.New(val, cfg)
-	if err != nil {
-		tl.Close()
-		return nil, nil, fmt.Errorf("validation data: %w", err)
-	}
-	return tl, vl, nil
+	return cfg
 }
 
 // checkCompatible rejects settings the artifact graphs cannot honour.

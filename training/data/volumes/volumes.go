@@ -85,31 +85,7 @@ func New(cfg Config) (*Dataset, error) {
 	if cfg.Window.High < cfg.Window.Low || (cfg.Window.High == cfg.Window.Low && cfg.Window.Low != 0) {
 		return nil, fmt.Errorf("volumes: window [%v, %v] is empty", cfg.Window.Low, cfg.Window.High)
 	}
-	patient := cfg.Patient
-	if patient == nil {
-		patient = fileID
-	}
-	byPatient := map[string][]string{}
-	for _, f := range cfg.Files {
-		id := patient(f)
-		byPatient[id] = append(byPatient[id], f)
-	}
-	ids := make([]string, 0, len(byPatient))
-	for id := range byPatient {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	rand.New(rand.NewPCG(cfg.SplitSeed, 0x5eed)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-	if cfg.MaxPatients > 0 && len(ids) > cfg.MaxPatients {
-		ids = ids[:cfg.MaxPatients]
-	}
-	nTrain := int(math.Round(cfg.TrainSplit * float64(len(ids))))
-	if cfg.Val {
-		ids = ids[nTrain:]
-	} else {
-		ids = ids[:nTrain]
-	}
-	slices.Sort(ids)
+	ids, byPatient := split(cfg)
 
 	d := &Dataset{cfg: cfg, patients: ids}
 	var largest int64
@@ -283,4 +259,49 @@ func Apply(w Window, v []float32) {
 	for i, x := range v {
 		v[i] = min(max((x-lo)*s-1, -1), 1)
 	}
+}
+
+// split returns the patients on cfg's side of the split (cfg.Val), sorted,
+// and every patient's files.
+func split(cfg Config) ([]string, map[string][]string) {
+	patient := cfg.Patient
+	if patient == nil {
+		patient = fileID
+	}
+	byPatient := map[string][]string{}
+	for _, f := range cfg.Files {
+		id := patient(f)
+		byPatient[id] = append(byPatient[id], f)
+	}
+	ids := make([]string, 0, len(byPatient))
+	for id := range byPatient {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	rand.New(rand.NewPCG(cfg.SplitSeed, 0x5eed)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	if cfg.MaxPatients > 0 && len(ids) > cfg.MaxPatients {
+		ids = ids[:cfg.MaxPatients]
+	}
+	nTrain := int(math.Round(cfg.TrainSplit * float64(len(ids))))
+	if cfg.Val {
+		ids = ids[nTrain:]
+	} else {
+		ids = ids[:nTrain]
+	}
+	slices.Sort(ids)
+	return ids, byPatient
+}
+
+// SplitFiles returns the files of the patients on cfg's side of the
+// train/validation split (cfg.Val), as New would patch them: the split is by
+// patient, seeded by cfg.SplitSeed, never by file or patch.
+func SplitFiles(cfg Config) []string {
+	ids, byPatient := split(cfg)
+	var files []string
+	for _, id := range ids {
+		f := slices.Clone(byPatient[id])
+		slices.Sort(f)
+		files = append(files, f...)
+	}
+	return files
 }

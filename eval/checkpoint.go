@@ -1,0 +1,407 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ortrain/ortrain/eval/report"
+	"github.com/ortrain/ortrain/eval/sliding"
+	"github.com/ortrain/ortrain/metrics"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/data/nifti"
+	"github.com/ortrain/ortrain/training/data/volumes"
+	"github.com/ortrain/ortrain/training/rundir"
+	"github.com/ortrain/ortrain/training/safetensors"
+	"github.com/ortrain/ortrain/training/trainer"
+)
+
+// CheckpointOptions say what `ortrain eval --checkpoint` evaluates.
+type CheckpointOptions struct {
+	// Checkpoint is a checkpoint directory, a run's version directory (its
+	// newest checkpoint) or "last" (with Config naming the run).
+	Checkpoint string
+	// Config replaces the configuration saved in the checkpoint; nil keeps it.
+	Config *config.Config
+	// Inputs are NIfTI volumes to reconstruct instead of the validation set
+	// (volume models only).
+	Inputs []string
+	// Out is where the reconstruction of a single input is written as NIfTI.
+	Out string
+	// Overlap and Mode configure the sliding windows; BatchSize the windows
+	// per run of the model.
+	Overlap   float64
+	Mode      sliding.Mode
+	BatchSize int
+	Session   ort.Options
+}
+
+// CheckpointResult is what an evaluation measured.
+type CheckpointResult struct {
+	Checkpoint string `json:"checkpoint"`
+	Step       int64  `json:"step"`
+	// Volumes holds per-volume reconstruction metrics (volume models).
+	Volumes []VolumeMetrics `json:"volumes,omitempty"`
+	// Mean averages the per-volume metrics, or holds the validation loss
+	// and accuracies of other models.
+	Mean map[string]float64 `json:"mean"`
+	// Reports holds the report entries of the volumes (not serialised).
+	Reports []report.VolumeResult `json:"-"`
+}
+
+// EvaluateCheckpoint loads a checkpoint's weights into its eval graph and
+// measures it: volume models reconstruct whole volumes with sliding windows
+// and get PSNR, SSIM, MS-SSIM, MAE and MSE in the intensity window's units;
+// other models get the mean validation loss (and top-1/top-5 accuracy when
+// the model classifies).
+func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointResult, error) {
+	cfg := o.Config
+	outputDir, name := "outputs", ""
+	if cfg != nil {
+		outputDir, name = cfg.OutputDir, cfg.Name
+	}
+	ckDir, version, err := rundir.FindCheckpoint("--checkpoint", o.Checkpoint, outputDir, name)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := checkpoint.Load(ckDir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	if cfg == nil {
+		if cfg, err = config.Parse([]byte(ck.State.Config), filepath.Join(ckDir, checkpoint.StateFile)); err == nil {
+			err = cfg.Resolve()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	dir, m, err := trainer.Artifacts(cfg, version)
+	if err != nil {
+		return nil, err
+	}
+	weights, closeWeights, err := checkpointWeights(ck, dir, m)
+	if err != nil {
+		return nil, err
+	}
+	defer closeWeights()
+	res := &CheckpointResult{Checkpoint: ckDir, Step: ck.State.Step, Mean: map[string]float64{}}
+	if cfg.Data.Kind == "volumes" || len(o.Inputs) > 0 {
+		err = res.volumes(ctx, o, cfg, dir, weights)
+	} else {
+		err = res.loss(cfg, dir, m, weights, o.Session)
+	}
+	return res, err
+}
+
+// checkpointWeights serves the eval graph's weights from the checkpoint,
+// and frozen parameters (which checkpoints do not store) from the artifacts'
+// initial weights. Every parameter must be in the checkpoint with the shape
+// the graph expects: anything else is the checkpoint of another model.
+func checkpointWeights(ck *checkpoint.Checkpoint, dir string, m *artifacts.Manifest) (WeightSource, func(), error) {
+	initial, err := safetensors.Open(filepath.Join(dir, m.Files["weights"]))
+	if err != nil {
+		return nil, nil, err
+	}
+	mismatch := func(format string, args ...any) error {
+		return &InputError{File: ck.Dir, Err: fmt.Errorf("does not match the model in %s: "+format, append([]any{dir}, args...)...)}
+	}
+	for _, p := range m.Params {
+		info, ok := ck.Tensors.Info(p.Name)
+		if !ok {
+			initial.Close()
+			return nil, nil, mismatch("it has no parameter %s", p.Name)
+		}
+		if info.DType.String() != p.DType || !sameDims(info.Shape, p.Shape) {
+			initial.Close()
+			return nil, nil, mismatch("parameter %s is %v%v there, %s%v in the model", p.Name, info.DType, info.Shape, p.DType, p.Shape)
+		}
+	}
+	source := func(name string) (*ort.Value, error) {
+		f := ck.Tensors
+		info, ok := f.Info(name)
+		if !ok {
+			f = initial
+			if info, ok = f.Info(name); !ok {
+				return nil, mismatch("neither it nor the initial weights hold %s", name)
+			}
+		}
+		v, err := ort.NewEmpty(info.DType, info.Shape)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.ReadInto(name, v.RawBytes()); err != nil {
+			v.Close()
+			return nil, err
+		}
+		return v, nil
+	}
+	return source, func() { initial.Close() }, nil
+}
+
+func sameDims(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if b[i] >= 0 && a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// volumes reconstructs o.Inputs, or the validation volumes, whole.
+func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg *config.Config, dir string, weights WeightSource) error {
+	files := o.Inputs
+	if len(files) == 0 {
+		var err error
+		if files, err = validationVolumes(cfg); err != nil {
+			return err
+		}
+	}
+	if o.Out != "" {
+		if len(files) != 1 {
+			return &InputError{File: o.Out, Err: fmt.Errorf("--out writes one reconstruction, but %d volumes are evaluated: pass one --input", len(files))}
+		}
+		if _, err := os.Stat(o.Out); err == nil {
+			return &InputError{File: o.Out, Err: errors.New("exists; ortrain does not overwrite it")}
+		}
+	}
+	model, err := OpenModel(dir, weights, o.Session)
+	if err != nil {
+		return err
+	}
+	defer model.Close()
+	var w volumes.Window
+	if v := cfg.Data.Volumes.Window; len(v) == 2 {
+		w = volumes.Window{Low: float32(v[0]), High: float32(v[1])}
+	}
+	var patch [3]int // C order: z, y, x
+	if p := cfg.Data.Volumes.PatchSize; len(p) == 3 {
+		patch = [3]int{p[2], p[1], p[0]}
+	}
+	sums := map[string]*metrics.Mean{}
+	for _, f := range files {
+		vol, err := readVolume(f)
+		if err != nil {
+			return err
+		}
+		shape := Shape(vol)
+		rec, err := Reconstruct(ctx, model, vol.Data, shape, w, sliding.Options{Patch: patch, Overlap: o.Overlap, Mode: o.Mode, BatchSize: o.BatchSize})
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		dataRange := 0.0
+		if w.High > w.Low {
+			dataRange = float64(w.High - w.Low)
+		}
+		vm, err := Compare(f, rec.Recon, rec.Reference, shape, dataRange)
+		if err != nil {
+			return err
+		}
+		if err := checkFinite(f, rec.Recon); err != nil {
+			return err
+		}
+		r.Volumes = append(r.Volumes, vm)
+		ref := &nifti.Volume{Header: vol.Header, Data: rec.Reference}
+		r.Reports = append(r.Reports, vm.ReportEntry(ref, rec.Recon))
+		for k, v := range map[string]float64{"psnr": vm.PSNR, "ssim": vm.SSIM, "mae": vm.MAE, "mse": vm.MSE} {
+			if sums[k] == nil {
+				sums[k] = &metrics.Mean{}
+			}
+			sums[k].Add(v)
+		}
+		if o.Out != "" {
+			if err := nifti.Write(o.Out, vol.Header, rec.Recon); err != nil {
+				return err
+			}
+		}
+	}
+	for k, s := range sums {
+		if r.Mean[k], err = s.Value(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFinite refuses a reconstruction with NaN or Inf rather than
+// reporting a metric computed over it.
+func checkFinite(name string, x []float32) error {
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%s: the model's reconstruction holds %v at voxel %d: the checkpoint's weights are broken", name, v, i)
+		}
+	}
+	return nil
+}
+
+// validationVolumes lists the volumes validation would patch: data.val, or
+// the validation side of the patient split of data.train.
+func validationVolumes(cfg *config.Config) ([]string, error) {
+	d := cfg.Data
+	if d.Val != "" {
+		return volumes.Find(d.Val)
+	}
+	if d.Train == "" {
+		return nil, &InputError{Err: errors.New("the config names no validation volumes (data.val) and no training volumes to split: pass --input")}
+	}
+	all, err := volumes.Find(d.Train)
+	if err != nil {
+		return nil, err
+	}
+	split := volumes.SplitFiles(volumes.Config{Files: all, TrainSplit: d.Volumes.TrainSplit, SplitSeed: uint64(cfg.Seed), MaxPatients: d.Volumes.MaxPatients, Val: true})
+	if len(split) == 0 {
+		return nil, &InputError{File: d.Train, Err: errors.New("the patient split leaves no validation volume: pass --input")}
+	}
+	return split, nil
+}
+
+// loss runs the validation set through the eval graph once.
+func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Manifest, weights WeightSource, opts ort.Options) error {
+	_, val, err := trainer.Datasets(cfg, m)
+	if err != nil {
+		return err
+	}
+	if val == nil {
+		return &InputError{Err: errors.New("the config names no validation data (data.val)")}
+	}
+	sess, err := ort.NewSession(filepath.Join(dir, m.Files["eval"]), opts)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	inputs := map[string]*ort.Value{}
+	defer func() {
+		for _, v := range inputs {
+			v.Close()
+		}
+	}()
+	for _, name := range weightNames(m) {
+		if inputs[name], err = weights(name); err != nil {
+			return err
+		}
+	}
+	lc := trainer.LoaderConfig(cfg, false)
+	lc.Epochs = 1
+	loader, err := data.New(val, lc)
+	if err != nil {
+		return err
+	}
+	defer loader.Close()
+	var lossSum, count float64
+	var topk metrics.TopK
+	classes := 0
+	for {
+		b, err := loader.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		batch := map[string]*ort.Value{}
+		for _, d := range m.Data {
+			t := b.Tensor(d.Name)
+			if t == nil {
+				return fmt.Errorf("the validation data has no tensor %s for the model", d.Name)
+			}
+			v, err := hostValue(t)
+			if err != nil {
+				return err
+			}
+			batch[d.Name] = v
+			inputs[d.Name] = v
+		}
+		outs, err := sess.Run(inputs, append([]string{m.Loss}, m.Outputs...)...)
+		for _, v := range batch {
+			v.Close()
+		}
+		if err != nil {
+			return err
+		}
+		n := b.Tensors[0].Shape[0]
+		lossSum += float64(ort.Data[float32](outs[0])[0]) * float64(n)
+		count += float64(n)
+		if t := b.Tensor("target"); t != nil && t.DType == data.Int64 && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
+			classes = int(outs[1].Shape()[1])
+			if err := topk.Add(ort.Data[float32](outs[1]), int(outs[1].Shape()[1]), t.I64); err != nil {
+				return err
+			}
+		}
+		for _, o := range outs {
+			o.Close()
+		}
+	}
+	if count == 0 {
+		return &InputError{Err: errors.New("the validation set is empty")}
+	}
+	r.Mean["val/loss"] = lossSum / count // the graph's loss is a batch mean
+	if classes > 0 {
+		for _, k := range []int{1, min(5, classes)} {
+			if r.Mean[fmt.Sprintf("top%d", k)], err = topk.Accuracy(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func weightNames(m *artifacts.Manifest) []string {
+	var names []string
+	for _, group := range [][]artifacts.Tensor{m.Params, m.Frozen} {
+		for _, t := range group {
+			names = append(names, t.Name)
+		}
+	}
+	for _, b := range m.Buffers {
+		names = append(names, b.Name)
+	}
+	return names
+}
+
+func hostValue(t *data.Tensor) (*ort.Value, error) {
+	shape := make([]int64, len(t.Shape))
+	for i, d := range t.Shape {
+		shape[i] = int64(d)
+	}
+	switch t.DType {
+	case data.Float32:
+		return ort.NewTensor(shape, t.F32)
+	case data.Int64:
+		return ort.NewTensor(shape, t.I64)
+	case data.Uint8:
+		return ort.NewTensor(shape, t.U8)
+	}
+	return nil, fmt.Errorf("tensor %s: element type %v", t.Name, t.DType)
+}
+
+// Table is the result as rows of name and value, for printing and CSV.
+func (r *CheckpointResult) Table() [][]string {
+	rows := [][]string{{"metric", "value"}}
+	keys := make([]string, 0, len(r.Mean))
+	for k := range r.Mean {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		rows = append(rows, []string{k, fmt.Sprintf("%.6g", r.Mean[k])})
+	}
+	for _, v := range r.Volumes {
+		base := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(v.Name), ".gz"), ".nii")
+		rows = append(rows, []string{base + "/psnr", fmt.Sprintf("%.6g", v.PSNR)}, []string{base + "/ssim", fmt.Sprintf("%.6g", v.SSIM)})
+	}
+	return rows
+}
