@@ -55,7 +55,7 @@ type Recipe struct {
 // recipes is the registry, by name. The names are those config.KnownRecipes
 // accepts.
 var recipes = map[string]Recipe{
-	"resnet": {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)", build: buildResNet},
+	"resnet":  {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)", build: buildResNet},
 	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)", build: buildVQGAN},
 	"bd3lm":   {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)", build: buildLM},
 }
@@ -177,4 +177,3 @@ func CountParams(g *graph.Graph) int64 {
 	}
 	return total
 }
-

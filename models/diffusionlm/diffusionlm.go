@@ -245,7 +245,7 @@ func Build(c Config) (*graph.Graph, error) {
 	outInit := nn.Normal(0.02 / math.Sqrt(2*float64(c.Layers)))
 	emb := n.Param("tok_emb.weight", []int64{V, d}, d, V, init)
 	ids := b.Op("Concat", []string{xt, x0}, graph.AInt("axis", 1)) // [B, 2L]
-	h := b.Op("Gather", []string{emb, ids}, graph.AInt("axis", 0))  // [B, 2L, d]
+	h := b.Op("Gather", []string{emb, ids}, graph.AInt("axis", 0)) // [B, 2L, d]
 	pos := make([]int64, 2*L)
 	for i := range pos {
 		pos[i] = int64(i) % L
