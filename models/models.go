@@ -50,14 +50,18 @@ type Recipe struct {
 	Name    string
 	Summary string
 	build   func(params map[string]any) (*Model, error)
+	check   func(params map[string]any) (int64, error)
 }
 
 // recipes is the registry, by name. The names are those config.KnownRecipes
 // accepts.
 var recipes = map[string]Recipe{
-	"resnet":  {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)", build: buildResNet},
-	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)", build: buildVQGAN},
-	"bd3lm":   {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)", build: buildLM},
+	"resnet": {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)",
+		build: buildResNet, check: checker("resnet", resnet.Default)},
+	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)",
+		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default)},
+	"bd3lm": {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)",
+		build: buildLM, check: checker("bd3lm", diffusionlm.Default)},
 }
 
 // Names lists the registered recipes, sorted.
@@ -92,6 +96,37 @@ func Build(name string, params map[string]any) (*Model, error) {
 		return nil, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
 	}
 	return r.build(params)
+}
+
+// Check decodes and validates params for the named recipe without building
+// the graph (no weights are drawn), and returns the number of parameters
+// the model would train: a cheap check for configuration files.
+func Check(name string, params map[string]any) (int64, error) {
+	r, ok := recipes[name]
+	if !ok {
+		return 0, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
+	}
+	return r.check(params)
+}
+
+// recipeConfig is what every recipe's Config provides.
+type recipeConfig interface {
+	Validate() error
+	ParamCount() int64
+}
+
+// checker returns a Check for a recipe whose defaults def gives.
+func checker[C recipeConfig](recipe string, def func() C) func(map[string]any) (int64, error) {
+	return func(params map[string]any) (int64, error) {
+		c := def()
+		if err := decode(recipe, params, &c); err != nil {
+			return 0, err
+		}
+		if err := c.Validate(); err != nil {
+			return 0, &Error{err.Error()}
+		}
+		return c.ParamCount(), nil
+	}
 }
 
 // decode lays params over cfg (a pointer to a recipe Config) through TOML,

@@ -29,7 +29,8 @@ func TestRegistryCoversConfig(t *testing.T) {
 
 // TestBuildParams checks parameter decoding: known names lay over the
 // defaults, integers are taken for floats, and unknown names, wrong types,
-// impossible sizes and unknown recipes are errors that say what is wrong.
+// impossible sizes and unknown recipes are errors that say what is wrong,
+// from Build and from Check alike.
 func TestBuildParams(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -48,11 +49,18 @@ func TestBuildParams(t *testing.T) {
 		{"unknown recipe", "gpt", nil, `unknown recipe "gpt"`, ""},
 	} {
 		m, err := models.Build(tc.recipe, tc.params)
+		count, cerr := models.Check(tc.recipe, tc.params)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%s: err = %v, want one mentioning %q", tc.name, err, tc.wantErr)
 			}
+			if cerr == nil || !strings.Contains(cerr.Error(), tc.wantErr) {
+				t.Errorf("%s: Check err = %v, want one mentioning %q", tc.name, cerr, tc.wantErr)
+			}
 			continue
+		}
+		if cerr != nil || count != m.ParamCount {
+			t.Errorf("%s: Check = %d, %v; Build made %d parameters", tc.name, count, cerr, m.ParamCount)
 		}
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)

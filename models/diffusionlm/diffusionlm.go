@@ -126,7 +126,8 @@ func (c Config) BlockOf() []int {
 	return of
 }
 
-func (c Config) check() error {
+// Validate reports the first size or setting Build cannot use.
+func (c Config) Validate() error {
 	if c.Vocab < 2 || c.MaskToken < 0 || c.MaskToken >= c.Vocab {
 		return fmt.Errorf("diffusionlm: mask_token %d is not inside vocab %d", c.MaskToken, c.Vocab)
 	}
@@ -225,7 +226,7 @@ func sinusoid(L, d int) []float32 {
 // Build returns the forward graph with the loss; inputs Inputs, outputs
 // Loss and Logits.
 func Build(c Config) (*graph.Graph, error) {
-	if err := c.check(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	n := nn.New("bd3lm", c.Seed)

@@ -87,7 +87,8 @@ func stages(depth int) ([]int, bool, error) {
 	return nil, false, fmt.Errorf("resnet: depth %d is not one of 18, 34, 50, 101, 152", depth)
 }
 
-func (c Config) check() error {
+// Validate reports the first size or setting Build cannot use.
+func (c Config) Validate() error {
 	if _, _, err := stages(c.Depth); err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func (c Config) ParamCount() int64 {
 // or [batch, S, S, C] with NHWC; batch symbolic) and output Output
 // (float32 [batch, Classes]).
 func Build(c Config) (*graph.Graph, error) {
-	if err := c.check(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	counts, bottle, _ := stages(c.Depth)

@@ -92,7 +92,8 @@ func Default() Config {
 		ResBlocks: 2, ZChannels: 8, EmbedDim: 8, CodebookSize: 8192, Beta: 0.25, Groups: 32}
 }
 
-func (c Config) check() error {
+// Validate reports the first size or setting Build cannot use.
+func (c Config) Validate() error {
 	if len(c.PatchSize) != 3 {
 		return fmt.Errorf("vqgan: patch_size %v is not [D, H, W]", c.PatchSize)
 	}
@@ -208,7 +209,7 @@ func (m *model) resBlock(name, x string, a, b int64) string {
 // code indices), RecLoss, CodebookLoss and CommitLoss (the loss terms, for
 // logging).
 func Build(c Config) (*graph.Graph, error) {
-	if err := c.check(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	m := &model{Net: nn.New("vqgan3d", c.Seed), c: c}
