@@ -22,7 +22,8 @@ import (
 )
 
 // Forward runs g once on the CPU with feeds and returns the named outputs
-// (all graph outputs when none are named) by name. StopGradient markers
+// (all graph outputs when none are named) by name; the graph is pruned to
+// what they need. StopGradient markers
 // become Identity nodes, which is their forward value, because stock ONNX
 // Runtime has no kernel for them.
 func Forward(tb testing.TB, g *graph.Graph, feeds map[string]*ort.Value, names ...string) map[string]*ort.Value {
@@ -35,6 +36,12 @@ func Forward(tb testing.TB, g *graph.Graph, feeds map[string]*ort.Value, names .
 		}
 	}
 	delete(g.Domains, nn.StopGradientDomain)
+	if len(names) > 0 {
+		// Only what is asked for: an exported graph may declare outputs
+		// whose type nothing here infers.
+		g.Outputs = names
+		g.Prune()
+	}
 	raw, err := g.Marshal()
 	if err != nil {
 		tb.Fatal(err)
@@ -44,9 +51,7 @@ func Forward(tb testing.TB, g *graph.Graph, feeds map[string]*ort.Value, names .
 		tb.Fatalf("graph does not load on ONNX Runtime: %v", err)
 	}
 	defer s.Close()
-	if len(names) == 0 {
-		names = g.Outputs
-	}
+	names = g.Outputs
 	outs, err := s.Run(feeds, names...)
 	if err != nil {
 		tb.Fatal(err)
