@@ -47,8 +47,8 @@ type Model struct {
 
 // Recipe is one entry of the registry.
 type Recipe struct {
-	Name    string
-	Summary string
+	Name    string // model.recipe
+	Summary string // one line for listings
 	build   func(params map[string]any) (*Model, error)
 	check   func(params map[string]any) (int64, error)
 }
@@ -83,6 +83,7 @@ func Lookup(name string) (Recipe, bool) {
 // Error is a recipe name or parameter ortrain rejects.
 type Error struct{ Msg string }
 
+// Error formats the error with the package name.
 func (e *Error) Error() string { return "models: " + e.Msg }
 
 // BadInput marks the error as the user's to fix (exit code 2).

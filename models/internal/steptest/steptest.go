@@ -155,6 +155,7 @@ func (r *Runner) put(name string, shape []int64, v []float32) {
 // State returns a state tensor's values (a weight, buffer or accumulator).
 func (r *Runner) State(name string) []float32 { return ort.Data[float32](r.state[name]) }
 
+// feed picks each input of s from data or, failing that, the state.
 func (r *Runner) feed(s *ort.Session, data map[string]*ort.Value) map[string]*ort.Value {
 	in := map[string]*ort.Value{}
 	for _, i := range s.Inputs() {
