@@ -22,7 +22,7 @@ import torchvision
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ortrain_export as ox  # noqa: E402
 
-_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+_DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8"}
 
 
 def write_safetensors(path, tensors):

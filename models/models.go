@@ -1,0 +1,215 @@
+// Package models is ortrain's registry of built-in model recipes: a name
+// (model.recipe in the configuration) and a free-form parameter table
+// ([model.params]) give a forward ONNX graph plus how artifacts.Build is to
+// add its loss and which data tensors feed its inputs.
+//
+//	m, err := models.Build("resnet", cfg.Model.Params)
+//	artifacts.Build(artifacts.Options{Graph: m.Graph, Loss: m.Loss,
+//		LabelSmoothing: m.LabelSmoothing, Out: dir, ...})
+//
+// The recipes live in subpackages (resnet, vqgan, diffusionlm), each with a
+// Config whose toml tags are the parameter names, a Default, a closed-form
+// ParamCount and a Build.
+package models
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/ortrain/ortrain/models/diffusionlm"
+	"github.com/ortrain/ortrain/models/resnet"
+	"github.com/ortrain/ortrain/models/vqgan"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/loss"
+)
+
+// Model is a built recipe.
+type Model struct {
+	// Graph is the forward graph with initial weights as initializers.
+	Graph *graph.Graph
+	// Loss is artifacts.Options.Loss: a built-in loss (cross_entropy...)
+	// or output:loss when the graph computes its own.
+	Loss string
+	// LabelSmoothing is artifacts.Options.LabelSmoothing.
+	LabelSmoothing float64
+	// Feeds maps each graph input that data must feed (after
+	// artifacts.Build, "target" included for built-in losses) to the name of
+	// the tensor the data loader produces for it.
+	Feeds map[string]string
+	// ParamCount is the recipe's closed-form count of trained scalars;
+	// CountParams(Graph) equals it.
+	ParamCount int64
+}
+
+// Recipe is one entry of the registry.
+type Recipe struct {
+	Name    string // model.recipe
+	Summary string // one line for listings
+	build   func(params map[string]any) (*Model, error)
+	check   func(params map[string]any) (int64, error)
+}
+
+// recipes is the registry, by name. The names are those config.KnownRecipes
+// accepts.
+var recipes = map[string]Recipe{
+	"resnet": {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)",
+		build: buildResNet, check: checker("resnet", resnet.Default)},
+	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)",
+		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default)},
+	"bd3lm": {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)",
+		build: buildLM, check: checker("bd3lm", diffusionlm.Default)},
+}
+
+// Names lists the registered recipes, sorted.
+func Names() []string {
+	var names []string
+	for n := range recipes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Lookup returns the recipe registered under name.
+func Lookup(name string) (Recipe, bool) {
+	r, ok := recipes[name]
+	return r, ok
+}
+
+// Error is a recipe name or parameter ortrain rejects.
+type Error struct{ Msg string }
+
+// Error formats the error with the package name.
+func (e *Error) Error() string { return "models: " + e.Msg }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *Error) BadInput() bool { return true }
+
+// Build builds the named recipe with params laid over its defaults.
+// Unknown parameter names and wrong types are errors naming them.
+func Build(name string, params map[string]any) (*Model, error) {
+	r, ok := recipes[name]
+	if !ok {
+		return nil, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
+	}
+	return r.build(params)
+}
+
+// Check decodes and validates params for the named recipe without building
+// the graph (no weights are drawn), and returns the number of parameters
+// the model would train: a cheap check for configuration files.
+func Check(name string, params map[string]any) (int64, error) {
+	r, ok := recipes[name]
+	if !ok {
+		return 0, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
+	}
+	return r.check(params)
+}
+
+// recipeConfig is what every recipe's Config provides.
+type recipeConfig interface {
+	Validate() error
+	ParamCount() int64
+}
+
+// checker returns a Check for a recipe whose defaults def gives.
+func checker[C recipeConfig](recipe string, def func() C) func(map[string]any) (int64, error) {
+	return func(params map[string]any) (int64, error) {
+		c := def()
+		if err := decode(recipe, params, &c); err != nil {
+			return 0, err
+		}
+		if err := c.Validate(); err != nil {
+			return 0, &Error{err.Error()}
+		}
+		return c.ParamCount(), nil
+	}
+}
+
+// decode lays params over cfg (a pointer to a recipe Config) through TOML,
+// so the parameter names are the Config's toml tags and the types follow
+// TOML's rules (an integer is accepted for a float).
+func decode(recipe string, params map[string]any, cfg any) error {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(params); err != nil {
+		return &Error{fmt.Sprintf("%s: parameters: %v", recipe, err)}
+	}
+	md, err := toml.Decode(buf.String(), cfg)
+	if err != nil {
+		return &Error{fmt.Sprintf("%s: parameters: %v", recipe, err)}
+	}
+	if un := md.Undecoded(); len(un) > 0 {
+		var keys []string
+		for _, k := range un {
+			keys = append(keys, k.String())
+		}
+		return &Error{fmt.Sprintf("%s: unknown parameters %s", recipe, strings.Join(keys, ", "))}
+	}
+	return nil
+}
+
+func buildResNet(params map[string]any) (*Model, error) {
+	c := resnet.Default()
+	if err := decode("resnet", params, &c); err != nil {
+		return nil, err
+	}
+	g, err := resnet.Build(c)
+	if err != nil {
+		return nil, &Error{err.Error()}
+	}
+	return &Model{Graph: g, Loss: loss.CrossEntropy, LabelSmoothing: c.LabelSmoothing,
+		Feeds: map[string]string{resnet.Input: "image", loss.Target: "label"}, ParamCount: c.ParamCount()}, nil
+}
+
+func buildVQGAN(params map[string]any) (*Model, error) {
+	c := vqgan.Default()
+	if err := decode("vqgan3d", params, &c); err != nil {
+		return nil, err
+	}
+	g, err := vqgan.Build(c)
+	if err != nil {
+		return nil, &Error{err.Error()}
+	}
+	return &Model{Graph: g, Loss: loss.Output + ":" + loss.Name,
+		Feeds: map[string]string{vqgan.Input: "volume"}, ParamCount: c.ParamCount()}, nil
+}
+
+func buildLM(params map[string]any) (*Model, error) {
+	c := diffusionlm.Default()
+	if err := decode("bd3lm", params, &c); err != nil {
+		return nil, err
+	}
+	g, err := diffusionlm.Build(c)
+	if err != nil {
+		return nil, &Error{err.Error()}
+	}
+	feeds := map[string]string{}
+	for _, in := range diffusionlm.Inputs {
+		feeds[in] = in
+	}
+	return &Model{Graph: g, Loss: loss.Output + ":" + loss.Name, Feeds: feeds, ParamCount: c.ParamCount()}, nil
+}
+
+// CountParams is the number of scalars artifacts.Build will train in g
+// (with nothing frozen): the elements of its floating initializers of rank
+// >= 1 other than BatchNormalization running statistics, which are buffers.
+func CountParams(g *graph.Graph) int64 {
+	buffers := map[string]bool{}
+	for _, n := range g.Nodes {
+		if n.Op == "BatchNormalization" {
+			buffers[n.Input(3)], buffers[n.Input(4)] = true, true
+		}
+	}
+	var total int64
+	for _, name := range g.InitOrder {
+		info := g.Info(name)
+		if info.Float() && info.Rank() >= 1 && !buffers[name] {
+			total += graph.Numel(g.Initializers[name])
+		}
+	}
+	return total
+}

@@ -1,0 +1,150 @@
+package models_test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/ortrain/ortrain/models"
+	"github.com/ortrain/ortrain/models/internal/steptest"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/safetensors"
+)
+
+// python is Debian's interpreter, whose PyTorch 1.13 the examples target.
+const python = "/usr/bin/python3"
+
+// TestPyTorchExamplesMatchRecipes runs each PyTorch export example at a
+// tiny size and checks it against the Go recipe of the same parameters:
+//
+//   - the exported initializers (PyTorch's state_dict) have the same names
+//     and shapes as the recipe graph's parameters;
+//   - the exported graph, run forward on ONNX Runtime with the example's
+//     batch, gives the loss PyTorch computed;
+//   - the recipe graph, given the exported weights, gives that loss too:
+//     the Go recipe and the PyTorch module compute the same function.
+//
+// It skips where /usr/bin/python3 has no PyTorch.
+func TestPyTorchExamplesMatchRecipes(t *testing.T) {
+	if err := exec.Command(python, "-c", "import torch").Run(); err != nil {
+		t.Skipf("%s has no PyTorch: %v", python, err)
+	}
+	orttest.Init(t)
+	for _, tc := range []struct {
+		script, file, recipe string
+		params               map[string]any
+	}{
+		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4}},
+		{"export_diffusionlm.py", "diffusionlm.onnx", "bd3lm", map[string]any{"vocab": 20, "mask_token": 19, "hidden": 16,
+			"layers": 2, "heads": 2, "seq_len": 12, "block_size": 4, "tie_embeddings": true}},
+		{"export_diffusionlm.py", "diffusionlm.onnx", "bd3lm", map[string]any{"vocab": 20, "mask_token": 19, "hidden": 16,
+			"layers": 1, "heads": 4, "seq_len": 8, "blocks": []int{2, 2, 4}, "tie_embeddings": false}},
+	} {
+		dir := t.TempDir()
+		cfg, _ := json.Marshal(tc.params)
+		cmd := exec.Command(python, filepath.Join("pytorch", tc.script), dir, "--config", string(cfg), "--batch", "3")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", tc.script, err, out)
+		}
+		exported, err := graph.Load(filepath.Join(dir, tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := models.Build(tc.recipe, tc.params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := params(exported), params(m.Graph); !maps(got, want) {
+			t.Errorf("%s: exported parameters %v\nrecipe parameters %v", tc.script, got, want)
+			continue
+		}
+		ref, _, err := safetensors.Read(filepath.Join(dir, "reference.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		feeds, want := map[string]*ort.Value{}, 0.0
+		for _, r := range ref {
+			if slices.Contains(exported.Inputs, r.Name) {
+				feeds[r.Name] = value(t, r)
+			}
+			if r.Name == "loss" {
+				want = float64(math.Float32frombits(binary.LittleEndian.Uint32(r.Data)))
+			}
+		}
+		lossOf := func(g *graph.Graph) float64 {
+			return float64(ort.Data[float32](steptest.Forward(t, g, feeds, "loss")["loss"])[0])
+		}
+		ex := lossOf(exported)
+		for name := range params(exported) {
+			tensor, _ := exported.Const(name)
+			m.Graph.AddInitializer(tensor)
+		}
+		rec := lossOf(m.Graph)
+		t.Logf("%s %s: PyTorch loss %.6f, exported graph %.6f, Go recipe with PyTorch's weights %.6f", tc.script, cfg, want, ex, rec)
+		for _, got := range []float64{ex, rec} {
+			if math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
+				t.Errorf("%s: loss %.6f, PyTorch computed %.6f", tc.script, got, want)
+			}
+		}
+	}
+}
+
+// params maps a graph's trained tensors (floating initializers of rank >=
+// 1) to their shapes.
+func params(g *graph.Graph) map[string][]int64 {
+	p := map[string][]int64{}
+	for _, name := range g.InitOrder {
+		if info := g.Info(name); info.Float() && info.Rank() >= 1 {
+			p[name] = info.Shape
+		}
+	}
+	return p
+}
+
+func maps(a, b map[string][]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// value turns a safetensors tensor into a host tensor.
+func value(t *testing.T, r safetensors.Tensor) *ort.Value {
+	var v *ort.Value
+	var err error
+	switch r.DType {
+	case ort.Float32:
+		f := make([]float32, len(r.Data)/4)
+		for i := range f {
+			f[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.Data[4*i:]))
+		}
+		v, err = ort.NewTensor(r.Shape, f)
+	case ort.Int64:
+		n := make([]int64, len(r.Data)/8)
+		for i := range n {
+			n[i] = int64(binary.LittleEndian.Uint64(r.Data[8*i:]))
+		}
+		v, err = ort.NewTensor(r.Shape, n)
+	case ort.Uint8:
+		v, err = ort.NewTensor(r.Shape, slices.Clone(r.Data))
+	default:
+		t.Fatalf("%s: unexpected type %v", r.Name, r.DType)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return v
+}

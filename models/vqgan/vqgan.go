@@ -1,0 +1,281 @@
+// Package vqgan builds the forward graph of a 3D VQ-GAN autoencoder for CT
+// volumes with its training loss, in the layout of taming-transformers'
+// VQModel carried over to 3D (the seeds' model), parameter names included,
+// so models/pytorch/export_vqgan3d.py's PyTorch module has the same
+// state_dict.
+//
+// Architecture, with ch = Channels, m = ChannelMult (L levels), r =
+// ResBlocks, and ResBlock(a, b) = GN(a)·SiLU·Conv3(a→b)·GN(b)·SiLU·
+// Conv3(b→b) plus a 1×1×1 "nin_shortcut" conv when a != b:
+//
+//	encoder: conv_in Conv3(in→ch); per level i: r ResBlocks to ch·m[i],
+//	         then (not on the last level) a stride-2 Conv3 "downsample";
+//	         mid: 2 ResBlocks; norm_out GN, SiLU, conv_out Conv3(→z_channels)
+//	quant_conv Conv1(z_channels→embed_dim)
+//	quantize: codebook [codebook_size, embed_dim]; each latent vector takes
+//	         its nearest code by squared distance (ArgMin over
+//	         ‖z‖² − 2·z·Eᵀ + ‖E‖², Gather of the row)
+//	post_quant_conv Conv1(embed_dim→z_channels)
+//	decoder: conv_in Conv3(z_channels→ch·m[L-1]); mid: 2 ResBlocks; per
+//	         level i from L-1 down to 0: r ResBlocks to ch·m[i], then (not on
+//	         level 0) nearest ×2 Resize + Conv3 "upsample"; norm_out GN,
+//	         SiLU, conv_out Conv3(→in)
+//
+// GN is GroupNorm with Groups groups (32 in the seeds), Conv3 a 3×3×3
+// convolution with padding 1, downsampling halves each axis, so the latent
+// grid is the patch divided by 2^(L-1). Unlike taming, the decoder has r (not
+// r+1) blocks per level and there is no attention block (a 3D attention over
+// the full latent grid is the first thing dropped at CT patch sizes).
+//
+// Loss (scalar output "loss"): mean |x − x̂| (L1 reconstruction) +
+// ‖sg(z) − z_q‖² (codebook) + β·‖z − sg(z_q)‖² (commitment), both means over
+// the latent elements, with the straight-through estimator z_q^st = z +
+// sg(z_q − z) feeding the decoder; sg is ortrain's StopGradient marker.
+// The adversarial and perceptual terms of a full VQ-GAN are not part of
+// this graph: they need a second network and alternating updates.
+package vqgan
+
+import (
+	"fmt"
+
+	"github.com/ortrain/ortrain/models/internal/nn"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// Names of the graph's input and outputs. Input matches the tensor
+// training/data/volumes produces.
+const (
+	Input        = "volume"
+	Loss         = "loss"
+	Recon        = "recon"
+	Codes        = "codes"
+	RecLoss      = "rec_loss"
+	CodebookLoss = "codebook_loss"
+	CommitLoss   = "commit_loss"
+)
+
+// Config sizes the model; toml tags are the [model.params] names.
+type Config struct {
+	// PatchSize is the [D, H, W] input size; each must divide by
+	// 2^(len(ChannelMult)-1).
+	PatchSize []int `toml:"patch_size"`
+	// InChannels is the number of image channels (1 for CT).
+	InChannels int `toml:"in_channels"`
+	// Channels is the base channel count ch.
+	Channels int `toml:"channels"`
+	// ChannelMult multiplies ch per resolution level.
+	ChannelMult []int `toml:"channel_mult"`
+	// ResBlocks is the number of residual blocks per level.
+	ResBlocks int `toml:"res_blocks"`
+	// ZChannels is the encoder output width.
+	ZChannels int `toml:"z_channels"`
+	// EmbedDim is the codebook vector size.
+	EmbedDim int `toml:"embed_dim"`
+	// CodebookSize is the number of codes.
+	CodebookSize int `toml:"codebook_size"`
+	// Beta weighs the commitment loss (0.25).
+	Beta float64 `toml:"beta"`
+	// Groups is GroupNorm's group count; it must divide every width.
+	Groups int `toml:"groups"`
+	// Seed draws the initial weights.
+	Seed uint64 `toml:"seed"`
+}
+
+// Default is the seeds' size class: ch 64, levels ×[1, 1, 2, 4] (8× down per
+// axis, so a 256×256×128 patch has 32×32×16 codes), 2 ResBlocks per level,
+// 8-wide latents and an 8192 × 8 codebook (low-dimensional codes, as 3D
+// medical VQ-GANs use), 32 groups, β 0.25, on 64³ patches (the presets set
+// their own patch size). ParamCount: 36,335,321.
+func Default() Config {
+	return Config{PatchSize: []int{64, 64, 64}, InChannels: 1, Channels: 64, ChannelMult: []int{1, 1, 2, 4},
+		ResBlocks: 2, ZChannels: 8, EmbedDim: 8, CodebookSize: 8192, Beta: 0.25, Groups: 32}
+}
+
+// Validate reports the first size or setting Build cannot use.
+func (c Config) Validate() error {
+	if len(c.PatchSize) != 3 {
+		return fmt.Errorf("vqgan: patch_size %v is not [D, H, W]", c.PatchSize)
+	}
+	if len(c.ChannelMult) < 1 {
+		return fmt.Errorf("vqgan: channel_mult is empty")
+	}
+	f := 1 << (len(c.ChannelMult) - 1)
+	for _, p := range c.PatchSize {
+		if p < f || p%f != 0 {
+			return fmt.Errorf("vqgan: patch_size %v: every side must be a multiple of %d (2^(levels-1))", c.PatchSize, f)
+		}
+	}
+	if c.InChannels < 1 || c.Channels < 1 || c.ResBlocks < 1 || c.ZChannels < 1 || c.EmbedDim < 1 || c.CodebookSize < 1 || c.Groups < 1 {
+		return fmt.Errorf("vqgan: in_channels, channels, res_blocks, z_channels, embed_dim, codebook_size and groups must be >= 1")
+	}
+	for _, m := range c.ChannelMult {
+		if m < 1 || (c.Channels*m)%c.Groups != 0 {
+			return fmt.Errorf("vqgan: width %d·%d does not split into %d groups", c.Channels, m, c.Groups)
+		}
+	}
+	if c.Beta < 0 {
+		return fmt.Errorf("vqgan: beta %g is negative", c.Beta)
+	}
+	return nil
+}
+
+// conv3 is the parameter count of a k³ convolution with bias.
+func conv3(cin, cout, k int64) int64 { return cout*cin*k*k*k + cout }
+
+// res is the parameter count of ResBlock(a, b).
+func res(a, b int64) int64 {
+	n := 2*a + conv3(a, b, 3) + 2*b + conv3(b, b, 3)
+	if a != b {
+		n += conv3(a, b, 1)
+	}
+	return n
+}
+
+// ParamCount is the closed-form number of trained scalars:
+//
+//	conv(a, b, k) = b·a·k³ + b;  GN(c) = 2c
+//	ResBlock(a, b) = GN(a) + conv(a, b, 3) + GN(b) + conv(b, b, 3) + [a≠b]·conv(a, b, 1)
+//	encoder = conv(in, ch, 3) + Σ_i [ResBlock(w_{i-1}, w_i) + (r−1)·ResBlock(w_i, w_i)
+//	          + [i<L−1]·conv(w_i, w_i, 3)] + 2·ResBlock(w_top, w_top) + GN(w_top) + conv(w_top, z, 3)
+//	quantizer = conv(z, e, 1) + K·e + conv(e, z, 1)
+//	decoder = conv(z, w_top, 3) + 2·ResBlock(w_top, w_top) + Σ_i [ResBlock(w_{i+1}, w_i)
+//	          + (r−1)·ResBlock(w_i, w_i) + [i>0]·conv(w_i, w_i, 3)] + GN(w_0) + conv(w_0, in, 3)
+//
+// with w_i = ch·m[i], w_{-1} = ch, w_L = w_top = w_{L−1} (the decoder's
+// first level starts from the mid width).
+func (c Config) ParamCount() int64 {
+	in, ch, r := int64(c.InChannels), int64(c.Channels), int64(c.ResBlocks)
+	z, e, K := int64(c.ZChannels), int64(c.EmbedDim), int64(c.CodebookSize)
+	L := len(c.ChannelMult)
+	w := func(i int) int64 { return ch * int64(c.ChannelMult[i]) }
+	top := w(L - 1)
+	total := conv3(in, ch, 3)
+	prev := ch
+	for i := 0; i < L; i++ {
+		total += res(prev, w(i)) + (r-1)*res(w(i), w(i))
+		if i < L-1 {
+			total += conv3(w(i), w(i), 3)
+		}
+		prev = w(i)
+	}
+	total += 2*res(top, top) + 2*top + conv3(top, z, 3)
+	total += conv3(z, e, 1) + K*e + conv3(e, z, 1)
+	total += conv3(z, top, 3) + 2*res(top, top)
+	prev = top
+	for i := L - 1; i >= 0; i-- {
+		total += res(prev, w(i)) + (r-1)*res(w(i), w(i))
+		if i > 0 {
+			total += conv3(w(i), w(i), 3)
+		}
+		prev = w(i)
+	}
+	return total + 2*w(0) + conv3(w(0), in, 3)
+}
+
+// LatentShape is the [d, h, w] grid of codes for one patch.
+func (c Config) LatentShape() []int64 {
+	f := 1 << (len(c.ChannelMult) - 1)
+	return []int64{int64(c.PatchSize[0] / f), int64(c.PatchSize[1] / f), int64(c.PatchSize[2] / f)}
+}
+
+// model carries the builder through the layers.
+type model struct {
+	*nn.Net
+	c Config
+}
+
+func (m *model) conv(name, x string, cin, cout, k, stride int64) string {
+	return m.Conv(name, x, cin, cout, k, stride, k/2, true, nn.TorchDefault)
+}
+
+func (m *model) norm(name, x string, ch int64) string {
+	return m.GroupNorm(name, x, ch, int64(m.c.Groups))
+}
+
+// resBlock is ResBlock(a, b) under name.
+func (m *model) resBlock(name, x string, a, b int64) string {
+	h := m.conv(name+".conv1", m.SiLU(m.norm(name+".norm1", x, a)), a, b, 3, 1)
+	h = m.conv(name+".conv2", m.SiLU(m.norm(name+".norm2", h, b)), b, b, 3, 1)
+	if a != b {
+		x = m.conv(name+".nin_shortcut", x, a, b, 1, 1)
+	}
+	return m.B.Add(x, h)
+}
+
+// Build returns the forward graph with the loss: input Input (float32
+// [batch, in, D, H, W], batch symbolic); outputs Loss, Recon (the
+// reconstruction, shaped like the input), Codes (int64 [batch, d, h, w]
+// code indices), RecLoss, CodebookLoss and CommitLoss (the loss terms, for
+// logging).
+func Build(c Config) (*graph.Graph, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	m := &model{Net: nn.New("vqgan3d", c.Seed), c: c}
+	b := m.B
+	in, ch := int64(c.InChannels), int64(c.Channels)
+	z, e, K := int64(c.ZChannels), int64(c.EmbedDim), int64(c.CodebookSize)
+	L := len(c.ChannelMult)
+	w := func(i int) int64 { return ch * int64(c.ChannelMult[i]) }
+	top := w(L - 1)
+	D, H, W := int64(c.PatchSize[0]), int64(c.PatchSize[1]), int64(c.PatchSize[2])
+	x := m.Input(Input, ort.Float32, []int64{-1, in, D, H, W}, []string{"batch", "", "", "", ""})
+
+	// Encoder.
+	h := m.conv("encoder.conv_in", x, in, ch, 3, 1)
+	prev := ch
+	for i := 0; i < L; i++ {
+		for j := 0; j < c.ResBlocks; j++ {
+			h = m.resBlock(fmt.Sprintf("encoder.down.%d.block.%d", i, j), h, prev, w(i))
+			prev = w(i)
+		}
+		if i < L-1 {
+			h = m.conv(fmt.Sprintf("encoder.down.%d.downsample.conv", i), h, w(i), w(i), 3, 2)
+		}
+	}
+	h = m.resBlock("encoder.mid.block_1", h, top, top)
+	h = m.resBlock("encoder.mid.block_2", h, top, top)
+	h = m.conv("encoder.conv_out", m.SiLU(m.norm("encoder.norm_out", h, top)), top, z, 3, 1)
+	ze := m.conv("quant_conv", h, z, e, 1, 1) // [N, e, d, h, w]
+
+	// Vector quantisation over the flattened latent vectors [M, e].
+	lat := c.LatentShape()
+	zf := b.Reshape(b.Transpose(ze, 0, 2, 3, 4, 1), b.Ints(-1, e))
+	cb := m.Param("quantize.embedding.weight", []int64{K, e}, e, K, nn.Uniform(1/float64(K)))
+	dist := b.Add(b.Sub(b.ReduceSum(b.Mul(zf, zf), true, 1), b.Mul(b.ScalarLike(zf, 2), b.MatMul(zf, b.Transpose(cb, 1, 0)))),
+		b.ReduceSum(b.Mul(cb, cb), false, 1))
+	idx := b.Op("ArgMin", []string{dist}, graph.AInt("axis", 1), graph.AInt("keepdims", 0))
+	zqf := b.Op("Gather", []string{cb, idx}, graph.AInt("axis", 0))
+	sq := func(v string) string { return b.ReduceMean(b.Mul(v, v), false) }
+	b.OpInto(CodebookLoss, "Identity", []string{sq(b.Sub(m.StopGradient(zf), zqf))})
+	b.OpInto(CommitLoss, "Identity", []string{sq(b.Sub(zf, m.StopGradient(zqf)))})
+	zq := b.Transpose(b.Reshape(zqf, b.Ints(-1, lat[0], lat[1], lat[2], e)), 0, 4, 1, 2, 3)
+	zst := b.Add(ze, m.StopGradient(b.Sub(zq, ze)))
+	b.OpInto(Codes, "Reshape", []string{idx, b.Ints(-1, lat[0], lat[1], lat[2])})
+
+	// Decoder.
+	h = m.conv("post_quant_conv", zst, e, z, 1, 1)
+	h = m.conv("decoder.conv_in", h, z, top, 3, 1)
+	h = m.resBlock("decoder.mid.block_1", h, top, top)
+	h = m.resBlock("decoder.mid.block_2", h, top, top)
+	prev = top
+	for i := L - 1; i >= 0; i-- {
+		for j := 0; j < c.ResBlocks; j++ {
+			h = m.resBlock(fmt.Sprintf("decoder.up.%d.block.%d", i, j), h, prev, w(i))
+			prev = w(i)
+		}
+		if i > 0 {
+			h = m.conv(fmt.Sprintf("decoder.up.%d.upsample.conv", i), m.Upsample2x(h), w(i), w(i), 3, 1)
+		}
+	}
+	b.OpInto(Recon, "Identity", []string{m.conv("decoder.conv_out", m.SiLU(m.norm("decoder.norm_out", h, w(0))), w(0), in, 3, 1)})
+
+	b.OpInto(RecLoss, "Identity", []string{b.ReduceMean(b.Abs(b.Sub(x, Recon)), false)})
+	b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), b.Mul(b.Scalar(ort.Float32, c.Beta), CommitLoss)})
+	m.G.Outputs = []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}
+	if b.Err != nil {
+		return nil, b.Err
+	}
+	return m.G, nil
+}
