@@ -188,9 +188,9 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 	if v := cfg.Data.Volumes.Window; len(v) == 2 {
 		w = volumes.Window{Low: float32(v[0]), High: float32(v[1])}
 	}
-	var patch [3]int // C order: z, y, x
+	var patch [3]int // [D, H, W], as the config gives it
 	if p := cfg.Data.Volumes.PatchSize; len(p) == 3 {
-		patch = [3]int{p[2], p[1], p[0]}
+		patch = [3]int(p)
 	}
 	sums := map[string]*metrics.Mean{}
 	for _, f := range files {

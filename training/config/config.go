@@ -93,12 +93,12 @@ type Data struct {
 
 // Volumes configures 3D medical volumes ([data.volumes]).
 type Volumes struct {
-	// PatchSize is the size of a training patch in voxels along NIfTI's
-	// [x, y, z] (the seeds' 256×256×128 is 128 axial slices of 256×256),
-	// so the patch tensor is [1, z, y, x]. Required for
+	// PatchSize is the [D, H, W] size of a training patch in voxels, in the
+	// order of the patch tensor [1, D, H, W]: NIfTI's z, y, x (the seeds'
+	// 256×256×128 patches, x×y×z, are [128, 256, 256]). Required for
 	// kind = "volumes".
 	PatchSize []int `toml:"patch_size"`
-	// Stride is the [x, y, z] step between patches; default PatchSize.
+	// Stride is the [D, H, W] step between patches; default PatchSize.
 	Stride []int `toml:"stride"`
 	// Window is the [low, high] intensity window (Hounsfield units for CT)
 	// mapped to [-1, 1]; empty keeps raw values.

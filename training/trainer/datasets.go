@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
@@ -61,7 +62,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 	case "volumes":
 		v := d.Volumes
 		cfg := volumes.Config{TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients,
-			PatchSize: [3]int(v.PatchSize), Stride: [3]int(v.Stride), CacheBytes: int64(d.MemoryLimit) / 2}
+			PatchSize: xyz(v.PatchSize), Stride: xyz(v.Stride), CacheBytes: int64(d.MemoryLimit) / 2}
 		if cfg.CacheBytes == 0 {
 			cfg.CacheBytes = 4 << 30
 		}
@@ -200,10 +201,11 @@ func (s *Synthetic) Load(i int, _ *rand.Rand, dst data.Sample) error {
 	return nil
 }
 
-// Artifacts returns the artifact directory to train for c: model.artifacts
-// as given (checked to load), or, for a forward model (model.onnx), the
-// artifacts built from it into runDir/artifacts with the config's loss,
-// trainable/frozen globs and optimizer (kept there for a resumed run).
+// Artifacts returns the artifact directory to train for c: model.artifacts as
+// given (checked to load), or artifacts built into runDir/artifacts from a
+// forward model (model.onnx, with the config's loss) or from a built-in
+// recipe (model.recipe with model.params), with the config's trainable and
+// frozen globs and optimizer. A resumed run finds them there already.
 func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, error) {
 	mc := c.Model
 	if mc.Artifacts != "" {
@@ -213,30 +215,51 @@ func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, er
 		}
 		return mc.Artifacts, m, nil
 	}
-	if mc.ONNX == "" {
-		return "", nil, &config.Error{Key: "model.recipe", Msg: fmt.Sprintf("recipe %q: ortrain train needs model.artifacts or the recipe's forward model in model.onnx", mc.Recipe)}
+	if mc.ONNX == "" && mc.Recipe == "" {
+		return "", nil, &config.Error{Key: "model", Msg: "name prebuilt artifacts (model.artifacts), a forward model (model.onnx) or a built-in recipe (model.recipe)"}
 	}
-	if _, err := os.Stat(mc.ONNX); err != nil {
-		return "", nil, &config.Error{Key: "model.onnx", Msg: err.Error()}
+	if mc.ONNX != "" {
+		if _, err := os.Stat(mc.ONNX); err != nil {
+			return "", nil, &config.Error{Key: "model.onnx", Msg: err.Error()}
+		}
 	}
 	out := filepath.Join(runDir, "artifacts")
 	if m, err := artifacts.Load(out); err == nil {
-		return out, m, nil
-	}
-	loss := mc.Loss
-	switch loss {
-	case "mse", "l1", "cross_entropy", "bce_with_logits":
-	default:
-		loss = "output:" + loss
+		return out, m, nil // built by the run being resumed
 	}
 	o := c.Optimizer
 	oc := optim.Config{Kind: o.Name, LR: o.LR, WeightDecay: o.WeightDecay, Eps: o.Eps, Momentum: o.Momentum, Nesterov: o.Nesterov}
 	if len(o.Betas) == 2 {
 		oc.Beta1, oc.Beta2 = o.Betas[0], o.Betas[1]
 	}
-	m, err := artifacts.Build(artifacts.Options{Model: mc.ONNX, Out: out, Loss: loss, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc})
+	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc}
+	source := mc.ONNX
+	if mc.ONNX == "" {
+		rm, err := models.Build(mc.Recipe, mc.Params)
+		if err != nil {
+			return "", nil, &config.Error{Key: "model.params", Msg: err.Error()}
+		}
+		opts.Graph, opts.Loss, opts.LabelSmoothing = rm.Graph, rm.Loss, rm.LabelSmoothing
+		source = "recipe " + mc.Recipe
+	} else {
+		switch opts.Loss = mc.Loss; opts.Loss {
+		case "mse", "l1", "cross_entropy", "bce_with_logits":
+		default:
+			opts.Loss = "output:" + opts.Loss
+		}
+	}
+	m, err := artifacts.Build(opts)
 	if err != nil {
-		return "", nil, fmt.Errorf("building artifacts from %s: %w", mc.ONNX, err)
+		return "", nil, fmt.Errorf("building artifacts from %s: %w", source, err)
 	}
 	return out, m, nil
+}
+
+// xyz turns the config's [D, H, W] (tensor order) into the volumes
+// package's NIfTI order [x, y, z].
+func xyz(dhw []int) [3]int {
+	if len(dhw) != 3 {
+		return [3]int{}
+	}
+	return [3]int{dhw[2], dhw[1], dhw[0]}
 }
