@@ -32,7 +32,8 @@ func (g *Graph) infer(n *Node) {
 	switch n.Op {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
-		"BatchNormalization", "LayerNormalization", "Dropout":
+		"BatchNormalization", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
+		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not":
 		same()
 		if n.Op == "BatchNormalization" && len(n.Outputs) > 1 {
 			set(1, in(3))
@@ -330,7 +331,9 @@ func (g *Graph) infer(n *Node) {
 		}
 		s := append(append(slices.Clone(x.Shape[:ax]), idx.Shape...), x.Shape[ax+1:]...)
 		shaped(x.DType, s)
-	case "GatherElements", "ScatterElements":
+	case "Resize", "Pad", "Einsum", "OneHot":
+		g.inferMore(n)
+	case "GatherElements", "ScatterElements", "ScatterND":
 		if n.Op == "GatherElements" {
 			set(0, Info{DType: x.DType, Known: in(1).Known, Shape: in(1).Shape})
 		} else {
@@ -384,6 +387,16 @@ func (g *Graph) infer(n *Node) {
 			ax += len(x.Shape)
 		}
 		sizes, ok := g.ConstInts(n.Input(1))
+		if n.Input(1) == "" && x.Shape[ax] >= 0 {
+			// Equal parts (the last one smaller when num_outputs does
+			// not divide the axis, from opset 18).
+			k := int64(len(n.Outputs))
+			part := (x.Shape[ax] + k - 1) / k
+			for i := range k {
+				sizes = append(sizes, min(part, x.Shape[ax]-i*part))
+			}
+			ok = true
+		}
 		for i := range n.Outputs {
 			s := slices.Clone(x.Shape)
 			if ok && i < len(sizes) {
