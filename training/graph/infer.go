@@ -33,7 +33,7 @@ func (g *Graph) infer(n *Node) {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
 		"BatchNormalization", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
-		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not":
+		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign":
 		same()
 		if n.Op == "BatchNormalization" && len(n.Outputs) > 1 {
 			set(1, in(3))
