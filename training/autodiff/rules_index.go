@@ -11,10 +11,10 @@ import (
 // gathered indices (repeated indices add up). Embedding tables and VQ
 // codebooks are gathered along axis 0; another axis is moved to the front
 // first. The sum is a ScatterND with reduction add: on ONNX Runtime's CPU
-// provider it beat both ScatterElements (which needs the indices expanded to
-// dY's shape) and a one-hot MatMul (which costs tokens×vocabulary×width
-// multiply-adds and a tokens×vocabulary one-hot matrix) at every size
-// BenchmarkGatherGrad measures; the figures are in gather_bench_test.go.
+// provider it beat ScatterElements (which needs the indices expanded to
+// dY's shape) 5-16x and a one-hot MatMul (tokens×vocabulary×width
+// multiply-adds) 35-60x, e.g. 1.6 ms against 7.6 and 95 ms for 2048 tokens
+// into an 8192×256 table; BenchmarkGatherGrad in gather_bench_test.go.
 // The CUDA provider may order them differently (its ScatterND with
 // duplicate indices serialises on atomics, while MatMul is fast), which
 // nobody has measured yet.

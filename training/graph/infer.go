@@ -134,6 +134,12 @@ func (g *Graph) infer(n *Node) {
 		shaped(x.DType, []int64{prod(x.Shape[:ax]), prod(x.Shape[ax:])})
 	case "Reshape":
 		target, ok := g.ConstInts(n.Input(1))
+		if src, isShape := g.shapeOf[n.Input(1)]; !ok && isShape && g.Infos[src].Known {
+			// Reshape(y, Shape(x)), as exporters write "view as x": x's
+			// facts, symbolic dimensions included.
+			shaped(x.DType, slices.Clone(g.Infos[src].Shape))
+			break
+		}
 		if !ok {
 			si := in(1)
 			if si.Static() && len(si.Shape) == 1 {
@@ -171,6 +177,28 @@ func (g *Graph) infer(n *Node) {
 			s[neg] = -1
 			if tot := prod(x.Shape); x.Static() && known > 0 {
 				s[neg] = tot / known
+			} else if x.Known && n.Int("allowzero", 0) == 0 {
+				// Unknown dimensions of x all copied by 0s (the batch in
+				// Reshape(x, [0, groups, -1])) cancel out.
+				rest, div := int64(1), int64(1)
+				for i, d := range x.Shape {
+					if i < len(target) && target[i] == 0 {
+						continue
+					}
+					if d < 0 {
+						rest = -1
+						break
+					}
+					rest *= d
+				}
+				for i, d := range target {
+					if d > 0 && i != neg {
+						div *= d
+					}
+				}
+				if rest > 0 && rest%div == 0 {
+					s[neg] = rest / div
+				}
 			}
 		}
 		shaped(x.DType, s)
@@ -231,6 +259,12 @@ func (g *Graph) infer(n *Node) {
 		}
 		shaped(x.DType, s)
 	case "Shape":
+		if n.Attr("start") == nil && n.Attr("end") == nil {
+			if g.shapeOf == nil {
+				g.shapeOf = map[string]string{}
+			}
+			g.shapeOf[n.Output(0)] = n.Input(0)
+		}
 		if x.Known {
 			shaped(ort.Int64, []int64{int64(len(x.Shape))})
 		} else {
