@@ -29,7 +29,7 @@ import (
 func BenchmarkGatherGrad(b *testing.B) {
 	orttest.Init(b)
 	for _, sz := range []struct {
-		name       string
+		name        string
 		n, vocab, w int64
 	}{{"embedding", 2048, 8192, 256}, {"codebook", 8192, 512, 64}} {
 		for _, kind := range []string{"ScatterND", "ScatterElements", "OneHotMatMul"} {
