@@ -149,7 +149,7 @@ func vqAutoencoder(m *net) (rec, cb, commit, z, st string) {
 	h := b.Op("Conv", []string{"x", m.param("enc1.w", 0.3, 0, 8, 1, 3, 3, 3), m.param("enc1.b", 0, 0, 8)}, pad1, graph.AInts("strides", []int64{2, 2, 2}))
 	h = m.silu(b.GroupNorm(h, m.param("gn.w", 0, 1, 8), m.param("gn.b", 0, 0, 8), 2, 1e-5))
 	zc := b.Op("Conv", []string{h, m.param("enc2.w", 0.3, 0, 4, 8, 1, 1, 1)}) // (2, 4, 4, 4, 4)
-	z = b.Reshape(b.Transpose(zc, 0, 2, 3, 4, 1), b.Ints(-1, 4))             // (128, 4)
+	z = b.Reshape(b.Transpose(zc, 0, 2, 3, 4, 1), b.Ints(-1, 4))              // (128, 4)
 	e := m.param("codebook", 0.5, 0, 16, 4)
 	dist := b.Add(b.Sub(b.ReduceSum(b.Mul(z, z), true, 1), b.Mul(b.Scalar(ort.Float32, 2), b.MatMul(z, b.Transpose(e, 1, 0)))),
 		b.Transpose(b.ReduceSum(b.Mul(e, e), true, 1), 1, 0))
