@@ -217,3 +217,19 @@ func numel(s []int64) int64 {
 	}
 	return p
 }
+
+// Backward emits the backward of one node with the rule registered for its
+// op type: the gradients of n's inputs given those of its outputs (dy[i] ""
+// for none) for the inputs marked in need. It lets the import of ONNX
+// Runtime's training graphs lower their *Grad ops through the same rules.
+func Backward(b *graph.Builder, n *graph.Node, dy []string, need []bool) ([]string, error) {
+	r, ok := rules[n.Op]
+	if !ok {
+		return nil, &NoRuleError{Op: n.Op, Node: n.Name}
+	}
+	dx := r(b, n, dy, need)
+	if b.Err != nil {
+		return nil, fmt.Errorf("autodiff: gradient of %s: %w", n.Describe(), b.Err)
+	}
+	return dx, nil
+}

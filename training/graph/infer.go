@@ -259,7 +259,7 @@ func (g *Graph) infer(n *Node) {
 		}
 		shaped(x.DType, s)
 	case "Shape":
-		if n.Attr("start") == nil && n.Attr("end") == nil {
+		if n.Int("start", 0) == 0 && n.Attr("end") == nil {
 			if g.shapeOf == nil {
 				g.shapeOf = map[string]string{}
 			}
