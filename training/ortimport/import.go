@@ -106,6 +106,12 @@ func Import(opts Options) (*artifacts.Manifest, error) {
 	}
 	m.Opset = train.Opset
 	m.Optimizer = cfg
+	for _, gr := range ck.Groups {
+		if len(gr.States) > 0 || gr.Step > 0 {
+			// Format version 1 starts optimizer state at zeros.
+			m.Notes = append(m.Notes, fmt.Sprintf("the checkpoint's optimizer state (group %q, step %d) was not imported; moments restart at zero", gr.Name, gr.Step))
+		}
+	}
 
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
@@ -129,9 +135,8 @@ func Import(opts Options) (*artifacts.Manifest, error) {
 // copying standard ops and lowering the rest.
 func trainingGraph(src *graph.Graph, ck *Checkpoint, m *artifacts.Manifest, state map[string]bool) (*graph.Graph, error) {
 	g := graph.New("training", src.Opset)
-	for name, t := range src.Initializers {
-		_ = name
-		g.AddInitializer(t)
+	for _, name := range src.InitOrder {
+		g.AddInitializer(src.Initializers[name])
 	}
 	rename := map[string]string{}
 	var accOf = map[string]string{} // buffer -> param
