@@ -32,6 +32,10 @@ type Options struct {
 	// with Trainable given only matches train; Frozen always wins.
 	Trainable, Frozen []string
 	Optimizer         optim.Config // --optimizer, --lr ...; Kind "" is adamw
+	// StopGradient (--stop-gradient NAME) names values no gradient flows
+	// back through, as if the model had stop_gradient(x) there: the fix
+	// for models exported with .detach(), which leaves no trace in ONNX.
+	StopGradient []string
 }
 
 // Error is a build request ortrain rejects.
@@ -64,6 +68,9 @@ func Build(opts Options) (*Manifest, error) {
 		g = g.Clone()
 	}
 	g.Opset = max(g.Opset, graph.EmitOpset)
+	if err := g.StopGradientAt(opts.StopGradient); err != nil {
+		return nil, err
+	}
 	spec, err := lossSpec(g, opts)
 	if err != nil {
 		return nil, err
@@ -244,6 +251,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 		return nil, b.Err
 	}
 	g.Prune()
+	g.StripStopGradients()
 	return g, g.Sort()
 }
 
@@ -268,5 +276,6 @@ func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 		}
 	}
 	g.Prune()
+	g.StripStopGradients()
 	return g, g.Sort()
 }

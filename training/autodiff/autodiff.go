@@ -6,9 +6,11 @@
 // inside a rule.
 //
 // Gradients flow only along floating values produced by differentiable ops:
-// Shape, comparisons, ArgMax, integer casts and the like cut the path, and
-// nodes that do not lie between a wanted value and the loss get no backward
-// nodes at all.
+// Shape, comparisons, ArgMax, integer casts and the like cut the path, as
+// does the stop-gradient marker (graph.StopGradientOp in the ortrain
+// domain), and nodes that do not lie between a wanted value and the loss
+// get no backward nodes at all. The markers stay in the graph; callers strip
+// them (Graph.StripStopGradients) before handing it to ONNX Runtime.
 package autodiff
 
 import (
@@ -50,7 +52,7 @@ func (e *NoRuleError) Error() string {
 		}
 		hint = " (it depends on " + strings.Join(ps, ", ") + ")"
 	}
-	return fmt.Sprintf("autodiff: no gradient rule for op %s at node %q%s: freeze the parameters that feed it with --frozen GLOB, or cut the gradient in the model before export (e.g. .detach())", e.Op, e.Node, hint)
+	return fmt.Sprintf("autodiff: no gradient rule for op %s at node %q%s: freeze the parameters that feed it with --frozen GLOB, or cut the gradient before it: stop_gradient(x) from models/pytorch/ortrain_export.py in the model (.detach() vanishes in export), or --stop-gradient NAME", e.Op, e.Node, hint)
 }
 
 // BadInput marks the error as the user's to fix (exit code 2).
@@ -103,7 +105,9 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 	}
 	for _, n := range g.Nodes {
-		if nonDiff[n.Op] || n.Domain != "" && n.Domain != "com.microsoft" {
+		// The stop-gradient marker cuts here; so does any op of a domain
+		// other than ai.onnx and com.microsoft, which has no rule anyway.
+		if nonDiff[n.Op] || graph.IsStopGradient(n) || n.Domain != "" && n.Domain != "com.microsoft" {
 			continue
 		}
 		var from []string
@@ -212,4 +216,20 @@ func numel(s []int64) int64 {
 		p *= d
 	}
 	return p
+}
+
+// Backward emits the backward of one node with the rule registered for its
+// op type: the gradients of n's inputs given those of its outputs (dy[i] ""
+// for none) for the inputs marked in need. It lets the import of ONNX
+// Runtime's training graphs lower their *Grad ops through the same rules.
+func Backward(b *graph.Builder, n *graph.Node, dy []string, need []bool) ([]string, error) {
+	r, ok := rules[n.Op]
+	if !ok {
+		return nil, &NoRuleError{Op: n.Op, Node: n.Name}
+	}
+	dx := r(b, n, dy, need)
+	if b.Err != nil {
+		return nil, fmt.Errorf("autodiff: gradient of %s: %w", n.Describe(), b.Err)
+	}
+	return dx, nil
 }

@@ -52,7 +52,8 @@ type fdCase struct {
 	dtype   ort.DType
 	ins     []in
 	build   func(b *graph.Builder, x []string) string
-	trainBN bool // expand training-mode BatchNormalization first
+	trainBN bool  // expand training-mode BatchNormalization first
+	opset   int64 // the graph's ai.onnx opset; 0 is graph.EmitOpset
 }
 
 func op(name string, attrs ...*graph.Attr) func(b *graph.Builder, x []string) string {
@@ -133,7 +134,11 @@ func values(v *ort.Value) []float64 {
 func checkFD(t *testing.T, c fdCase, seed uint64) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 7))
-	g := graph.New("fd", graph.EmitOpset)
+	opset := c.opset
+	if opset == 0 {
+		opset = graph.EmitOpset
+	}
+	g := graph.New("fd", opset)
 	var names, wrt []string
 	for i, x := range c.ins {
 		name := fmt.Sprintf("x%d", i)
@@ -165,6 +170,7 @@ func checkFD(t *testing.T, c fdCase, seed uint64) {
 		g.Outputs = append(g.Outputs, grads[w])
 	}
 	g.Prune()
+	g.StripStopGradients()
 	m, err := g.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package autodiff
 
 import (
+	"math"
 	"slices"
 
 	"github.com/ortrain/ortrain/training/graph"
@@ -80,6 +81,39 @@ var rules = map[string]Rule{
 		}
 		return dx
 	},
+
+	"Erf": unary(func(b *B, n *N, dy string) string {
+		return b.Mul(dy, b.Mul(b.ScalarLike(dy, 2/math.Sqrt(math.Pi)), b.Exp(b.Neg(b.Mul(x(n), x(n))))))
+	}),
+	"Softplus":   unary(func(b *B, n *N, dy string) string { return b.Mul(dy, b.Sigmoid(x(n))) }),
+	"Sin":        unary(func(b *B, n *N, dy string) string { return b.Mul(dy, b.Cos(x(n))) }),
+	"Cos":        unary(func(b *B, n *N, dy string) string { return b.Neg(b.Mul(dy, b.Sin(x(n)))) }),
+	"Reciprocal": unary(func(b *B, n *N, dy string) string { return b.Neg(b.Mul(dy, b.Mul(y(n), y(n)))) }),
+	"Gelu":       unary(geluGrad),
+	"Expand":     unary(func(b *B, n *N, dy string) string { return b.ReduceSumTo(dy, x(n)) }),
+	"Trilu": unary(func(b *B, n *N, dy string) string {
+		return b.Op("Trilu", append([]string{dy}, n.Inputs[1:]...), n.Attrs...)
+	}),
+	"Where":     whereGrad,
+	"Clip":      clipGrad,
+	"Max":       extremumGrad,
+	"Min":       extremumGrad,
+	"ReduceMax": unary(reduceExtremumGrad),
+	"ReduceMin": unary(reduceExtremumGrad),
+	"Dropout":   dropoutGrad,
+	"Einsum":    einsumGrad,
+
+	"Gather": gatherGrad,
+	"Slice":  unary(sliceGrad),
+	"Split":  splitGrad,
+	"Pad":    unary(padGrad),
+
+	"LayerNormalization":    layerNormGrad,
+	"InstanceNormalization": instanceNormGrad,
+	"GroupNormalization":    groupNormGrad,
+
+	"ConvTranspose": convTransposeGrad,
+	"Resize":        unary(resizeGrad),
 
 	"MatMul":             matMulGrad,
 	"Gemm":               gemmGrad,

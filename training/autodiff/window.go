@@ -25,7 +25,7 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 		dx[0] = b.Op("ConvTranspose", []string{g, n.Inputs[1]}, windowAttrs(w, group, outputPadding(w, in, out))...)
 	}
 	if need[1] {
-		dx[1] = convWeightGrad(b, n, g, w, in, out, group)
+		dx[1] = convWeightGrad(b, x(n), g, n.Inputs[1], w, in, out, group)
 	}
 	if len(need) > 2 && need[2] {
 		dx[2] = b.ReduceSum(g, false, append([]int64{0}, spatialAxes(len(in)+2)...)...)
@@ -33,8 +33,11 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	return dx
 }
 
-func convWeightGrad(b *B, n *N, g string, w graph.WindowAttrs, in, out []int64, group int64) string {
-	xi, wi := b.Info(x(n)), b.Info(n.Inputs[1])
+// convWeightGrad is the weight gradient of the convolution of xv (spatial
+// sizes in) by weight wv with window w, given the gradient g of its output
+// (spatial sizes out).
+func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64, group int64) string {
+	xi, wi := b.Info(xv), b.Info(wv)
 	if !wi.Static() || xi.Shape[1] < 0 {
 		return b.Fail("Conv weight %v and input channels %v must be static", wi, xi)
 	}
@@ -45,7 +48,7 @@ func convWeightGrad(b *B, n *N, g string, w graph.WindowAttrs, in, out []int64, 
 	}
 	var xt, gt string
 	if group == 1 {
-		xt, gt = b.Transpose(x(n), swap...), b.Transpose(g, swap...)
+		xt, gt = b.Transpose(xv, swap...), b.Transpose(g, swap...)
 	} else {
 		// Channels c of group k pair with images as channels k*N+n, so the
 		// convolution's own groups keep the groups apart.
@@ -56,7 +59,7 @@ func convWeightGrad(b *B, n *N, g string, w graph.WindowAttrs, in, out []int64, 
 			}
 			return first
 		}
-		xr := b.Reshape(x(n), b.Ints(append([]int64{-1, group, cg}, in...)...))
+		xr := b.Reshape(xv, b.Ints(append([]int64{-1, group, cg}, in...)...))
 		xt = b.Reshape(b.Transpose(xr, perm(2, 1, 0)...), b.Ints(append([]int64{cg, -1}, in...)...))
 		gr := b.Reshape(g, b.Ints(append([]int64{-1, group, m / group}, out...)...))
 		gt = b.Reshape(b.Transpose(gr, perm(1, 2, 0)...), b.Ints(append([]int64{m, -1}, out...)...))
@@ -67,6 +70,41 @@ func convWeightGrad(b *B, n *N, g string, w graph.WindowAttrs, in, out []int64, 
 	zeros := make([]int64, len(k))
 	full = b.Op("Slice", []string{full, b.Ints(zeros...), b.Ints(k...), b.Ints(spatialAxes(r)...)})
 	return b.Transpose(full, swap...)
+}
+
+// convTransposeGrad: ConvTranspose is the adjoint of the Conv with the
+// same window and weight, mapping its output space back to its input space;
+// so dX is that Conv applied to dY, and dW is that Conv's weight gradient
+// with dY as its input and X as its output gradient.
+func convTransposeGrad(b *B, n *N, dy []string, need []bool) []string {
+	dx := make([]string, len(n.Inputs))
+	g := dy[0]
+	if g == "" {
+		return dx
+	}
+	if n.String("auto_pad", "NOTSET") != "NOTSET" || n.Ints("output_shape") != nil {
+		b.Fail("ConvTranspose with auto_pad or output_shape has no gradient rule; export with explicit pads and output_padding (PyTorch does)")
+		return dx
+	}
+	w, in, out, ok := staticSpatial(b, n)
+	if !ok {
+		return dx
+	}
+	group := n.Int("group", 1)
+	if need[0] {
+		dx[0] = b.Op("Conv", []string{g, n.Inputs[1]}, graph.AInts("strides", w.Strides), graph.AInts("pads", w.Pads),
+			graph.AInts("dilations", w.Dilations), graph.AInt("group", group))
+		if gi := b.Info(dx[0]); !slices.Equal(gi.Shape[2:], in) {
+			b.Fail("ConvTranspose output_padding as large as the stride has no gradient rule")
+		}
+	}
+	if need[1] {
+		dx[1] = convWeightGrad(b, g, x(n), n.Inputs[1], w, out, in, group)
+	}
+	if len(need) > 2 && need[2] {
+		dx[2] = b.ReduceSum(g, false, append([]int64{0}, spatialAxes(len(in)+2)...)...)
+	}
+	return dx
 }
 
 // maxPoolGrad routes dY to the positions MaxPool picked, which it reports

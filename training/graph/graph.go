@@ -17,6 +17,7 @@ package graph
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -202,8 +203,9 @@ type Graph struct {
 	// value, "" where a dimension has none; kept so written graphs keep them.
 	Dims map[string][]string
 
-	names map[string]bool // every value and node name in use
-	seq   int
+	names   map[string]bool // every value and node name in use
+	seq     int
+	shapeOf map[string]string // outputs of whole-tensor Shape nodes -> their input
 }
 
 // New returns an empty graph at the given opset.
@@ -419,6 +421,9 @@ func (g *Graph) Clone() *Graph {
 		c.names[k] = true
 	}
 	c.seq = g.seq
+	if g.shapeOf != nil {
+		c.shapeOf = maps.Clone(g.shapeOf)
+	}
 	return c
 }
 

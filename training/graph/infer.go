@@ -32,7 +32,8 @@ func (g *Graph) infer(n *Node) {
 	switch n.Op {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
-		"BatchNormalization", "LayerNormalization", "Dropout":
+		"BatchNormalization", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
+		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign":
 		same()
 		if n.Op == "BatchNormalization" && len(n.Outputs) > 1 {
 			set(1, in(3))
@@ -133,6 +134,12 @@ func (g *Graph) infer(n *Node) {
 		shaped(x.DType, []int64{prod(x.Shape[:ax]), prod(x.Shape[ax:])})
 	case "Reshape":
 		target, ok := g.ConstInts(n.Input(1))
+		if src, isShape := g.shapeOf[n.Input(1)]; !ok && isShape && g.Infos[src].Known {
+			// Reshape(y, Shape(x)), as exporters write "view as x": x's
+			// facts, symbolic dimensions included.
+			shaped(x.DType, slices.Clone(g.Infos[src].Shape))
+			break
+		}
 		if !ok {
 			si := in(1)
 			if si.Static() && len(si.Shape) == 1 {
@@ -170,6 +177,28 @@ func (g *Graph) infer(n *Node) {
 			s[neg] = -1
 			if tot := prod(x.Shape); x.Static() && known > 0 {
 				s[neg] = tot / known
+			} else if x.Known && n.Int("allowzero", 0) == 0 {
+				// Unknown dimensions of x all copied by 0s (the batch in
+				// Reshape(x, [0, groups, -1])) cancel out.
+				rest, div := int64(1), int64(1)
+				for i, d := range x.Shape {
+					if i < len(target) && target[i] == 0 {
+						continue
+					}
+					if d < 0 {
+						rest = -1
+						break
+					}
+					rest *= d
+				}
+				for i, d := range target {
+					if d > 0 && i != neg {
+						div *= d
+					}
+				}
+				if rest > 0 && rest%div == 0 {
+					s[neg] = rest / div
+				}
 			}
 		}
 		shaped(x.DType, s)
@@ -230,6 +259,12 @@ func (g *Graph) infer(n *Node) {
 		}
 		shaped(x.DType, s)
 	case "Shape":
+		if n.Int("start", 0) == 0 && n.Attr("end") == nil {
+			if g.shapeOf == nil {
+				g.shapeOf = map[string]string{}
+			}
+			g.shapeOf[n.Output(0)] = n.Input(0)
+		}
 		if x.Known {
 			shaped(ort.Int64, []int64{int64(len(x.Shape))})
 		} else {
@@ -330,7 +365,9 @@ func (g *Graph) infer(n *Node) {
 		}
 		s := append(append(slices.Clone(x.Shape[:ax]), idx.Shape...), x.Shape[ax+1:]...)
 		shaped(x.DType, s)
-	case "GatherElements", "ScatterElements":
+	case "Resize", "Pad", "Einsum", "OneHot":
+		g.inferMore(n)
+	case "GatherElements", "ScatterElements", "ScatterND":
 		if n.Op == "GatherElements" {
 			set(0, Info{DType: x.DType, Known: in(1).Known, Shape: in(1).Shape})
 		} else {
@@ -384,6 +421,16 @@ func (g *Graph) infer(n *Node) {
 			ax += len(x.Shape)
 		}
 		sizes, ok := g.ConstInts(n.Input(1))
+		if n.Input(1) == "" && x.Shape[ax] >= 0 {
+			// Equal parts (the last one smaller when num_outputs does
+			// not divide the axis, from opset 18).
+			k := int64(len(n.Outputs))
+			part := (x.Shape[ax] + k - 1) / k
+			for i := range k {
+				sizes = append(sizes, min(part, x.Shape[ax]-i*part))
+			}
+			ok = true
+		}
 		for i := range n.Outputs {
 			s := slices.Clone(x.Shape)
 			if ok && i < len(sizes) {

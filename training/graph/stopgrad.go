@@ -1,0 +1,80 @@
+package graph
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The stop-gradient marker: an Identity in the forward pass across which
+// autodiff sends no gradient. PyTorch's .detach() leaves no trace in an
+// ONNX export, which breaks the straight-through estimator and the
+// codebook/commitment losses of vector quantisation; models mark those
+// edges with this op instead (models/pytorch/ortrain_export.py exports
+// stop_gradient(x) as it). ONNX Runtime does not know the domain, so every
+// graph handed to it has the markers stripped first.
+const (
+	StopGradientOp     = "StopGradient"
+	StopGradientDomain = "ortrain"
+)
+
+// IsStopGradient reports whether n is the stop-gradient marker.
+func IsStopGradient(n *Node) bool {
+	return n.Op == StopGradientOp && n.Domain == StopGradientDomain
+}
+
+// StopGradient passes x through unchanged while cutting its gradient.
+func (b *Builder) StopGradient(x string) string {
+	if b.Err != nil {
+		return ""
+	}
+	b.G.Domains[StopGradientDomain] = 1
+	out := b.G.Fresh(b.Prefix + StopGradientOp + "_out")
+	b.G.AddNode(&Node{Op: StopGradientOp, Domain: StopGradientDomain, Name: b.G.Fresh(b.Prefix + StopGradientOp), Inputs: []string{x}, Outputs: []string{out}})
+	return out
+}
+
+// StripStopGradients turns every stop-gradient marker into an Identity
+// (which ONNX Runtime folds away) and drops the ortrain domain import, so
+// that the graph runs on stock ONNX Runtime. Call it after autodiff.
+func (g *Graph) StripStopGradients() {
+	for _, n := range g.Nodes {
+		if IsStopGradient(n) {
+			n.Op, n.Domain = "Identity", ""
+		}
+	}
+	delete(g.Domains, StopGradientDomain)
+}
+
+// UnknownValueError is a value name asked for that the graph does not have.
+type UnknownValueError struct{ Name, Why string }
+
+func (e *UnknownValueError) Error() string {
+	return fmt.Sprintf("graph: no value named %q in the model (%s); `ortrain artifacts inspect` lists the names", e.Name, e.Why)
+}
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *UnknownValueError) BadInput() bool { return true }
+
+// StopGradientAt inserts a stop-gradient marker after each named value and
+// makes every node reading it read the marker's output instead; graph
+// outputs keep the original value. It is how a user cuts gradients by
+// tensor name (--stop-gradient NAME) in a model exported without markers.
+func (g *Graph) StopGradientAt(names []string) error {
+	cons := g.Consumers()
+	for _, name := range names {
+		if _, ok := g.Infos[name]; !ok && !slices.Contains(g.Inputs, name) {
+			return &UnknownValueError{name, "asked to stop gradients at it"}
+		}
+		b := NewBuilder(g, name+"/")
+		s := b.StopGradient(name)
+		g.Infos[s] = g.Infos[name]
+		for _, n := range cons[name] {
+			for i, in := range n.Inputs {
+				if in == name {
+					n.Inputs[i] = s
+				}
+			}
+		}
+	}
+	return g.Sort()
+}
