@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/models/internal/steptest"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
@@ -93,7 +95,54 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 				t.Errorf("%s: loss %.6f, PyTorch computed %.6f", tc.script, got, want)
 			}
 		}
+		checkGradients(t, tc.script, m, feeds, ref)
 	}
+}
+
+// checkGradients differentiates the recipe graph (holding PyTorch's
+// weights) with ortrain's autodiff, runs one training step's backward on
+// the example's batch, and compares every parameter's gradient with
+// PyTorch autograd's. Both sides compute in float32 with different
+// summation orders; a gradient passes when its L2 error is below 1e-3 of
+// its own norm (a wrong rule gives errors of order 1) or of 1e-6 of the
+// whole gradient's: some gradients are zero in exact arithmetic (the key
+// bias of attention, since softmax ignores a shift shared by all keys) and
+// both sides return rounding noise of order 1e-11 for them.
+func checkGradients(t *testing.T, script string, m *models.Model, feeds map[string]*ort.Value, ref []safetensors.Tensor) {
+	_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, LabelSmoothing: m.LabelSmoothing})
+	r := steptest.Open(t, dir)
+	r.Backward(feeds)
+	var total float64
+	for _, x := range ref {
+		if strings.HasPrefix(x.Name, "grad.") {
+			total = math.Hypot(total, norm(ort.Data[float32](value(t, x))))
+		}
+	}
+	worst, worstName := 0.0, ""
+	for _, x := range ref {
+		name, ok := strings.CutPrefix(x.Name, "grad.")
+		if !ok {
+			continue
+		}
+		want := value(t, x)
+		e := diffNorm(r.State("grad."+name), ort.Data[float32](want)) / max(norm(ort.Data[float32](want)), 1e-6*total)
+		if e > worst {
+			worst, worstName = e, name
+		}
+		if e > 1e-3 {
+			t.Errorf("%s: gradient of %s: relative L2 error %.2e against PyTorch (norms %.3g, PyTorch %.3g)", script, name, e, norm(r.State("grad."+name)), norm(ort.Data[float32](want)))
+		}
+	}
+	t.Logf("%s: worst gradient %s, relative L2 error %.2e", script, worstName, worst)
+}
+
+func diffNorm(got, want []float32) float64 {
+	var d float64
+	for i := range want {
+		e := float64(got[i]) - float64(want[i])
+		d += e * e
+	}
+	return math.Sqrt(d)
 }
 
 // params maps a graph's trained tensors (floating initializers of rank >=
@@ -147,4 +196,12 @@ func value(t *testing.T, r safetensors.Tensor) *ort.Value {
 	}
 	t.Cleanup(v.Close)
 	return v
+}
+
+func norm(x []float32) float64 {
+	var n float64
+	for _, v := range x {
+		n += float64(v) * float64(v)
+	}
+	return math.Sqrt(n)
 }

@@ -229,7 +229,9 @@ func TestBlockCausality(t *testing.T) {
 // TestTinyLMTrains trains the tiny model through artifacts.Build's graphs
 // with AdamW (lr 1e-2, batch 16) on a copy task (the answer blocks repeat
 // the prompt block, which a block-diffusion model sees clean): the NELBO
-// must fall below half its first value in 200 steps. It skips while
+// must fall below half its first value in 600 steps. (It stays near 2 for
+// the first 200 or so, until attention finds the position to copy from,
+// then drops to about 0.005.) It skips while
 // autodiff lacks a rule the model needs (Gather, LayerNormalization, Erf...).
 func TestTinyLMTrains(t *testing.T) {
 	c := tiny()
@@ -245,7 +247,8 @@ func TestTinyLMTrains(t *testing.T) {
 	tr := steptest.Open(t, dir)
 	r := rand.New(rand.NewPCG(9, 9))
 	var first, last float64
-	for step := 0; step < 200; step++ {
+	const steps = 600
+	for step := 0; step < steps; step++ {
 		l := tr.Step(newBatch(r, c, 16).feeds(t, c.SeqLen), 1e-2)
 		if step == 0 {
 			first = l
@@ -253,7 +256,7 @@ func TestTinyLMTrains(t *testing.T) {
 		last = l
 	}
 	ev := tr.Eval(newBatch(r, c, 64).feeds(t, c.SeqLen))
-	t.Logf("tiny LM (%d parameters): loss %.3f at step 1, %.3f at step 200, eval %.3f", m.ParamCount, first, last, ev)
+	t.Logf("tiny LM (%d parameters): loss %.3f at step 1, %.3f at step %d, eval %.3f", m.ParamCount, first, last, steps, ev)
 	if !(last < first/2) || !(ev < first/2) {
 		t.Errorf("loss %.3f -> %.3f (eval %.3f), want it halved", first, last, ev)
 	}

@@ -193,6 +193,29 @@ func (r *Runner) absorb(s *ort.Session, outs []*ort.Value) map[string]*ort.Value
 // norm 5, and returns the batch's loss.
 func (r *Runner) Step(data map[string]*ort.Value, lr float32) float64 {
 	r.tb.Helper()
+	loss := r.Backward(data)
+	r.step++
+	sc := map[string]float32{"lr": lr, "step": float32(r.step), "grad_scale": 1, "clip_norm": 5}
+	scv := map[string]*ort.Value{}
+	for k, x := range sc {
+		scv[k], _ = ort.NewScalar(x)
+		defer scv[k].Close()
+	}
+	outs, err := r.op.Run(r.feed(r.op, scv))
+	if err != nil {
+		r.tb.Fatal(err)
+	}
+	for _, v := range r.absorb(r.op, outs) {
+		v.Close()
+	}
+	return loss
+}
+
+// Backward runs the training graph on one batch with fresh accumulators,
+// leaving each parameter's gradient in State("grad."+param), and returns the
+// batch's loss.
+func (r *Runner) Backward(data map[string]*ort.Value) float64 {
+	r.tb.Helper()
 	in := map[string]*ort.Value{}
 	for k, v := range data {
 		in[k] = v
@@ -207,20 +230,6 @@ func (r *Runner) Step(data map[string]*ort.Value, lr float32) float64 {
 	rest := r.absorb(r.train, outs)
 	loss := float64(ort.Data[float32](rest["loss"])[0])
 	for _, v := range rest {
-		v.Close()
-	}
-	r.step++
-	sc := map[string]float32{"lr": lr, "step": float32(r.step), "grad_scale": 1, "clip_norm": 5}
-	scv := map[string]*ort.Value{}
-	for k, x := range sc {
-		scv[k], _ = ort.NewScalar(x)
-		defer scv[k].Close()
-	}
-	outs, err = r.op.Run(r.feed(r.op, scv))
-	if err != nil {
-		r.tb.Fatal(err)
-	}
-	for _, v := range r.absorb(r.op, outs) {
 		v.Close()
 	}
 	return loss
