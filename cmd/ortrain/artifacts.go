@@ -7,6 +7,7 @@ import (
 
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/optim"
+	"github.com/ortrain/ortrain/training/ortimport"
 )
 
 func artifactsCommand() *cli.Command {
@@ -35,6 +36,7 @@ Examples:
 					&cli.Float64Flag{Name: "label-smoothing", Usage: "for cross_entropy"},
 					&cli.StringSliceFlag{Name: "trainable", Usage: "glob over initializer names: only these train (repeatable)"},
 					&cli.StringSliceFlag{Name: "frozen", Usage: "glob over initializer names that never train; wins over --trainable (repeatable)"},
+					&cli.StringSliceFlag{Name: "stop-gradient", Usage: "a tensor no gradient flows back through, as .detach() would (repeatable)"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
 					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)"},
 					&cli.Float64Flag{Name: "weight-decay", Usage: "decoupled (adamw) or L2 (sgd) weight decay"},
@@ -45,6 +47,36 @@ Examples:
 					&cli.BoolFlag{Name: "nesterov", Usage: "sgd"},
 				},
 				Action: artifactsBuild,
+			},
+			{
+				Name:      "import",
+				Usage:     "turn ONNX Runtime's generate_artifacts output into ortrain artifacts for a stock ONNX Runtime",
+				UsageText: "ortrain artifacts import --ort DIR --out DIR [--overwrite]",
+				Description: `DIR holds training_model.onnx, eval_model.onnx, optimizer_model.onnx and
+checkpoint as onnxruntime.training.artifacts.generate_artifacts wrote them.
+Every training-only com.microsoft op (ConvGrad, ReluGrad, InPlaceAccumulatorV2,
+AdamWOptimizer, ...) is lowered to standard ops, and the checkpoint's
+parameters become weights.safetensors. An op ortrain cannot lower is named in
+the error.
+
+Example:
+   ortrain artifacts import --ort ort_artifacts/ --out artifacts/imported`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "ort", Required: true, Usage: "the folder generate_artifacts wrote"},
+					&cli.StringFlag{Name: "out", Required: true, Usage: "artifact directory to write"},
+					&cli.BoolFlag{Name: "overwrite", Usage: "replace the artifact files in a non-empty --out"},
+				},
+				Action: func(c *cli.Context) error {
+					if err := loadORT(c, ""); err != nil {
+						return err
+					}
+					m, err := ortimport.Import(ortimport.Options{Dir: c.String("ort"), Out: c.String("out"), Overwrite: c.Bool("overwrite")})
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "wrote %s: %d parameters in %d tensors, optimizer %s\n", c.String("out"), m.ParamCount(), len(m.Params), m.Optimizer.Kind)
+					return nil
+				},
 			},
 			{
 				Name:      "inspect",
@@ -68,6 +100,7 @@ func artifactsBuild(c *cli.Context) error {
 		LabelSmoothing: c.Float64("label-smoothing"),
 		Trainable:      c.StringSlice("trainable"),
 		Frozen:         c.StringSlice("frozen"),
+		StopGradient:   c.StringSlice("stop-gradient"),
 		Optimizer: optim.Config{
 			Kind: c.String("optimizer"), LR: c.Float64("lr"), WeightDecay: c.Float64("weight-decay"),
 			Beta1: c.Float64("beta1"), Beta2: c.Float64("beta2"), Eps: c.Float64("eps"),

@@ -25,6 +25,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad device", []string{"doctor", "--device", "tpu"}, 2, "bad value tpu for device"},
 		{"not built", []string{"export"}, 1, "not built yet"},
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
+		{"import of a folder without artifacts", []string{"artifacts", "import", "--ort", filepath.Dir(missing), "--out", filepath.Join(filepath.Dir(missing), "out")}, 2, "not generate_artifacts output"},
 		{"eval without inputs", []string{"eval"}, 2, "needs --checkpoint, or --input and --reference"},
 		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},
 	}

@@ -47,6 +47,16 @@ func Import(opts Options) (*artifacts.Manifest, error) {
 	if ents, err := os.ReadDir(opts.Out); err == nil && len(ents) > 0 && !opts.Overwrite {
 		return nil, &artifacts.Error{Msg: fmt.Sprintf("%s exists and is not empty; choose another --out or allow overwriting", opts.Out)}
 	}
+	var missing []string
+	for _, f := range []string{TrainingModel, EvalModel, OptimizerModel, CheckpointFile} {
+		if _, err := os.Stat(filepath.Join(opts.Dir, f)); err != nil {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, &FormatError{opts.Dir, fmt.Sprintf("not generate_artifacts output: %s missing (want %s, %s, %s and %s)",
+			strings.Join(missing, ", "), TrainingModel, EvalModel, OptimizerModel, CheckpointFile)}
+	}
 	ck, err := ReadCheckpoint(filepath.Join(opts.Dir, CheckpointFile))
 	if err != nil {
 		return nil, err
