@@ -45,6 +45,8 @@ OrtStatus* ortrain_set_graph_optimization(OrtSessionOptions* o, int level) {
   return api->SetSessionGraphOptimizationLevel(o, (GraphOptimizationLevel)level);
 }
 
+OrtStatus* ortrain_enable_profiling(OrtSessionOptions* o, const char* prefix) { return api->EnableProfiling(o, prefix); }
+
 OrtStatus* ortrain_add_config(OrtSessionOptions* o, const char* key, const char* value) {
   return api->AddSessionConfigEntry(o, key, value);
 }

@@ -33,6 +33,10 @@ type Options struct {
 	// DisableOptimizations turns ONNX Runtime's graph rewrites off; for tests
 	// that compare kernels one by one.
 	DisableOptimizations bool
+	// ProfilePrefix, when set, makes ONNX Runtime record every node's run
+	// time into <prefix>_<date>.json, written when the session closes: a
+	// Chrome trace (chrome://tracing, Perfetto).
+	ProfilePrefix string
 }
 
 var (

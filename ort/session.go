@@ -170,6 +170,14 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 			return nil, err
 		}
 	}
+	if opts.ProfilePrefix != "" {
+		cp := C.CString(opts.ProfilePrefix)
+		err := check(C.ortrain_enable_profiling(so, cp))
+		C.free(unsafe.Pointer(cp))
+		if err != nil {
+			return nil, err
+		}
+	}
 	config := map[string]string{"session.record_ep_graph_assignment_info": "1"}
 	if opts.Device.CUDA && !allowFallback {
 		config["session.disable_cpu_ep_fallback"] = "1"

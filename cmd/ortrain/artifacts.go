@@ -101,11 +101,7 @@ func artifactsBuild(c *cli.Context) error {
 		Trainable:      c.StringSlice("trainable"),
 		Frozen:         c.StringSlice("frozen"),
 		StopGradient:   c.StringSlice("stop-gradient"),
-		Optimizer: optim.Config{
-			Kind: c.String("optimizer"), LR: c.Float64("lr"), WeightDecay: c.Float64("weight-decay"),
-			Beta1: c.Float64("beta1"), Beta2: c.Float64("beta2"), Eps: c.Float64("eps"),
-			Momentum: c.Float64("momentum"), Nesterov: c.Bool("nesterov"),
-		},
+		Optimizer:      optimizerFlags(c),
 	})
 	if err != nil {
 		return err
@@ -113,6 +109,23 @@ func artifactsBuild(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "wrote %s: %d parameters in %d tensors, loss %s, optimizer %s\n",
 		c.String("out"), m.ParamCount(), len(m.Params), m.LossSpec.Kind, m.Optimizer.Kind)
 	return nil
+}
+
+// optimizerFlags starts from the optimizer's defaults and applies the
+// flags the user gave, so that an explicit --weight-decay 0 means zero.
+func optimizerFlags(c *cli.Context) optim.Config {
+	oc := optim.Config{Kind: c.String("optimizer")}.Defaults()
+	for _, f := range []struct {
+		flag string
+		dst  *float64
+	}{{"lr", &oc.LR}, {"weight-decay", &oc.WeightDecay}, {"beta1", &oc.Beta1}, {"beta2", &oc.Beta2}, {"eps", &oc.Eps}, {"momentum", &oc.Momentum}} {
+		if c.IsSet(f.flag) {
+			*f.dst = c.Float64(f.flag)
+		}
+	}
+	oc.Nesterov = c.Bool("nesterov")
+	oc.Exact = true
+	return oc
 }
 
 func artifactsInspect(c *cli.Context) error {

@@ -37,6 +37,7 @@ Examples:
 			&cli.StringFlag{Name: "resume", Usage: "last (newest checkpoint of the newest version of this run name), a checkpoint directory or a version directory"},
 			&cli.StringFlag{Name: "run-dir", Usage: "write the run here instead of <output_dir>/<name>/version_N"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "with --run-dir: replace the contents of an existing run directory"},
+			&cli.StringFlag{Name: "profile", Usage: "record ONNX Runtime's per-node run times into PREFIX_<date>.json, one file per graph (Chrome trace format)"},
 		},
 		Action: trainAction,
 	}
@@ -80,6 +81,7 @@ func trainAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
 	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
 		Dir: rd, Resume: resume, Progress: os.Stderr})

@@ -1,6 +1,7 @@
 package autodiff
 
 import (
+	"math"
 	"slices"
 
 	"github.com/ortrain/ortrain/training/graph"
@@ -22,7 +23,7 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	}
 	group := n.Int("group", 1)
 	if need[0] {
-		dx[0] = b.Op("ConvTranspose", []string{g, n.Inputs[1]}, windowAttrs(w, group, outputPadding(w, in, out))...)
+		dx[0] = convInputGrad(b, g, n.Inputs[1], w, in, out, group)
 	}
 	if need[1] {
 		dx[1] = convWeightGrad(b, x(n), g, n.Inputs[1], w, in, out, group)
@@ -33,6 +34,70 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	return dx
 }
 
+// convInputGrad is the input gradient of a convolution: the adjoint of
+// the Conv. It is computed as a Conv of the output gradient, with zeros
+// inserted between its samples when the forward was strided, by the weight
+// with input and output channels swapped and the kernel flipped; the
+// padding p' = d(k-1) - p puts every output gradient back over the inputs
+// it came from. ONNX Runtime's CPU ConvTranspose, the direct formulation,
+// runs 3D windows an order of magnitude slower than its Conv. Where the
+// forward's padding exceeds the window (p' < 0) ConvTranspose is used.
+func convInputGrad(b *B, g, wv string, w graph.WindowAttrs, in, out []int64, group int64) string {
+	wi := b.Info(wv)
+	k := len(in)
+	pads := make([]int64, 2*k)
+	for i := range k {
+		span := w.Dilations[i] * (w.Kernel[i] - 1)
+		pads[i] = span - w.Pads[i]
+		pads[k+i] = in[i] - w.Strides[i]*(out[i]-1) - 1 + w.Pads[i]
+		if pads[i] < 0 || pads[k+i] < 0 || !wi.Static() {
+			return b.Op("ConvTranspose", []string{g, wv}, windowAttrs(w, group, outputPadding(w, in, out))...)
+		}
+	}
+	spatial := spatialAxes(k + 2)
+	// W [M, C/g, k...] → [C, M/g, k...]: swap the channel roles per group.
+	m, cg := wi.Shape[0], wi.Shape[1]
+	wr := b.Reshape(wv, b.Ints(append([]int64{group, m / group, cg}, wi.Shape[2:]...)...))
+	perm := []int64{0, 2, 1}
+	for i := range k {
+		perm = append(perm, int64(3+i))
+	}
+	wt := b.Reshape(b.Transpose(wr, perm...), b.Ints(append([]int64{group * cg, m / group}, wi.Shape[2:]...)...))
+	flip := make([]int64, k)
+	ends := make([]int64, k)
+	steps := make([]int64, k)
+	for i := range k {
+		flip[i], ends[i], steps[i] = -1, math.MinInt64, -1
+	}
+	wf := b.Slice(wt, flip, ends, spatial, steps)
+	sizes := slices.Clone(out)
+	for i := range k {
+		if s := w.Strides[i]; s > 1 {
+			g = insertZeros(b, g, i, s, sizes)
+			sizes[i] = s*(sizes[i]-1) + 1
+		}
+	}
+	return b.Op("Conv", []string{g, wf}, graph.AInts("pads", pads), graph.AInts("dilations", w.Dilations), graph.AInt("group", group))
+}
+
+// insertZeros puts s-1 zeros between neighbouring samples of g along
+// spatial axis i of a tensor [N, C, sizes...]: size o becomes s(o-1)+1.
+// sizes are given rather than inferred because the batch may be symbolic.
+func insertZeros(b *B, g string, i int, s int64, sizes []int64) string {
+	a := int64(2 + i)
+	r := int64(len(sizes) + 2)
+	u := b.Unsqueeze(g, a+1) // [.., o, 1, ..]
+	pads := make([]int64, 2*(r+1))
+	pads[r+1+a+1] = s - 1 // at the end of the new axis: [.., o, s, ..]
+	p := b.Op("Pad", []string{u, b.Ints(pads...)})
+	shape := []int64{0, 0} // Reshape's 0 keeps batch and channels
+	shape = append(shape, sizes...)
+	o := sizes[i]
+	shape[a] = o * s
+	merged := b.Reshape(p, b.Ints(shape...))
+	return b.Slice(merged, []int64{0}, []int64{s*(o-1) + 1}, []int64{a}, nil)
+}
+
 // convWeightGrad is the weight gradient of the convolution of xv (spatial
 // sizes in) by weight wv with window w, given the gradient g of its output
 // (spatial sizes out).
@@ -40,6 +105,9 @@ func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64
 	xi, wi := b.Info(xv), b.Info(wv)
 	if !wi.Static() || xi.Shape[1] < 0 {
 		return b.Fail("Conv weight %v and input channels %v must be static", wi, xi)
+	}
+	if group == 1 {
+		return convWeightGradGEMM(b, xv, g, w, in, out, wi.Shape)
 	}
 	r := len(in) + 2
 	swap := []int64{1, 0}
@@ -70,6 +138,56 @@ func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64
 	zeros := make([]int64, len(k))
 	full = b.Op("Slice", []string{full, b.Ints(zeros...), b.Ints(k...), b.Ints(spatialAxes(r)...)})
 	return b.Transpose(full, swap...)
+}
+
+// convWeightGradGEMM computes dW[m,c,κ] = Σ_{n,o} dY[n,m,o]·X̄[n,c,o·s+κ·d]
+// (X̄ the padded input) as one matrix product per kernel offset κ:
+// the strided slice of X̄ that offset reads, as [C, N·P], times dY as
+// [N·P, M]. Written as a Conv whose kernel is the whole output map, ONNX
+// Runtime's CPU provider runs it several times slower, materialising a
+// kernel-sized im2col for every offset.
+func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	k := len(in)
+	r := int64(k + 2)
+	m := wshape[0]
+	toChannelsFirst := []int64{1, 0}
+	for i := int64(2); i < r; i++ {
+		toChannelsFirst = append(toChannelsFirst, i)
+	}
+	xt := b.Transpose(xv, toChannelsFirst...) // [C, N, in...]
+	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
+		pads := make([]int64, 2*r)
+		for i := range k {
+			pads[2+i], pads[int(r)+2+i] = w.Pads[i], w.Pads[k+i]
+		}
+		xt = b.Op("Pad", []string{xt, b.Ints(pads...)})
+	}
+	// dY [N, M, out...] → [N·P, M]
+	gt := b.Reshape(b.Transpose(g, append([]int64{0}, append(spatialAxes(int(r)), 1)...)...), b.Ints(-1, m))
+	axes := spatialAxes(int(r))
+	var parts []string
+	offset := make([]int64, k)
+	for {
+		starts, ends := make([]int64, k), make([]int64, k)
+		for i := range k {
+			starts[i] = offset[i] * w.Dilations[i]
+			ends[i] = starts[i] + w.Strides[i]*(out[i]-1) + 1
+		}
+		xs := b.Reshape(b.Slice(xt, starts, ends, axes, w.Strides), b.Ints(wshape[1], -1)) // [C, N·P]
+		parts = append(parts, b.Unsqueeze(b.MatMul(xs, gt), 2))                            // [C, M, 1]
+		i := k - 1                                                                         // next offset, the last kernel axis fastest as in W's layout
+		for ; i >= 0; i-- {
+			if offset[i]++; offset[i] < w.Kernel[i] {
+				break
+			}
+			offset[i] = 0
+		}
+		if i < 0 {
+			break
+		}
+	}
+	dw := b.Op("Concat", parts, graph.AInt("axis", 2)) // [C, M, K]
+	return b.Reshape(b.Transpose(dw, 1, 0, 2), b.Ints(wshape...))
 }
 
 // convTransposeGrad: ConvTranspose is the adjoint of the Conv with the

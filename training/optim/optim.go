@@ -51,12 +51,23 @@ type Config struct {
 	// NoDecay lists globs of parameters exempt from weight decay. When nil,
 	// parameters of rank 0 or 1 (biases, norm scales and shifts) are exempt.
 	NoDecay []string `json:"no_decay,omitempty"`
+	// Exact takes every value as given, so that a zero weight decay or
+	// momentum means zero rather than "use the default". Callers holding a
+	// resolved configuration set it.
+	Exact bool `json:"-"`
 }
 
 // Defaults fills unset hyperparameters with the usual values: AdamW
 // lr 1e-3, betas 0.9/0.999, eps 1e-8, decay 0.01; SGD lr 0.1, momentum 0.9,
-// decay 1e-4 (the ResNet recipe).
+// decay 1e-4 (the ResNet recipe). An empty Kind is AdamW. With Exact set
+// only Kind is filled.
 func (c Config) Defaults() Config {
+	if c.Kind == "" {
+		c.Kind = AdamW
+	}
+	if c.Exact {
+		return c
+	}
 	switch c.Kind {
 	case AdamW:
 		def(&c.LR, 1e-3)
