@@ -51,12 +51,19 @@ type Config struct {
 	// NoDecay lists globs of parameters exempt from weight decay. When nil,
 	// parameters of rank 0 or 1 (biases, norm scales and shifts) are exempt.
 	NoDecay []string `json:"no_decay,omitempty"`
+	// Complete says every hyperparameter is given as meant, zeros included
+	// (a resolved run configuration, where weight_decay = 0 or momentum = 0
+	// is a choice), so Defaults leaves the values alone.
+	Complete bool `json:"-"`
 }
 
 // Defaults fills unset hyperparameters with the usual values: AdamW
 // lr 1e-3, betas 0.9/0.999, eps 1e-8, decay 0.01; SGD lr 0.1, momentum 0.9,
 // decay 1e-4 (the ResNet recipe).
 func (c Config) Defaults() Config {
+	if c.Complete {
+		return c
+	}
 	switch c.Kind {
 	case AdamW:
 		def(&c.LR, 1e-3)

@@ -270,7 +270,9 @@ func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, er
 		return out, m, nil // built by the run being resumed
 	}
 	o := c.Optimizer
-	oc := optim.Config{Kind: o.Name, LR: o.LR, WeightDecay: o.WeightDecay, Eps: o.Eps, Momentum: o.Momentum, Nesterov: o.Nesterov}
+	// The resolved config holds every value, so a weight_decay or momentum
+	// of 0 is kept rather than taken for unset and defaulted.
+	oc := optim.Config{Kind: o.Name, LR: o.LR, WeightDecay: o.WeightDecay, Eps: o.Eps, Momentum: o.Momentum, Nesterov: o.Nesterov, Complete: true}
 	if len(o.Betas) == 2 {
 		oc.Beta1, oc.Beta2 = o.Betas[0], o.Betas[1]
 	}
