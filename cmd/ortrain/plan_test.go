@@ -31,7 +31,7 @@ func TestPlanEveryPreset(t *testing.T) {
 				t.Fatalf("--json exit %d: %s", code, stderr.String())
 			}
 			var p struct {
-				Name  string `json:"name"`
+				Name  string                 `json:"name"`
 				Model struct{ Params int64 } `json:"model"`
 			}
 			if err := json.Unmarshal(stdout.Bytes(), &p); err != nil || p.Model.Params == 0 {
