@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +72,39 @@ func TestConfigChoice(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "*")); len(m) != 0 {
 		t.Errorf("train left %v behind", m)
+	}
+}
+
+// TestExportCommand: export of a preset's recipe with a parameter changed
+// writes the file and prints the artifacts build command; a second export
+// to the same --out exits 2 and leaves the file; a --set outside
+// model.params and a missing recipe choice exit 2.
+func TestExportCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "q.onnx")
+	var stdout, stderr bytes.Buffer
+	args := []string{"ortrain", "export", "--preset", "quickstart", "--set", "model.params.codebook_size=32", "--out", out}
+	if code := run(args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ortrain artifacts build --model "+out) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	before, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{args, "not overwriting"},
+		{[]string{"ortrain", "export", "--recipe", "resnet", "--set", "trainer.max_steps=1", "--out", out + "2"}, "model.params.* only"},
+		{[]string{"ortrain", "export", "--out", out + "3"}, "--recipe NAME or --preset NAME"},
+		{[]string{"ortrain", "export", "--recipe", "resnet", "--set", "model.params.depth=19", "--out", out + "4"}, "depth"},
+	} {
+		stderr.Reset()
+		if code := run(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.say) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q", tc.args[1:], code, stderr.String(), tc.say)
+		}
+	}
+	if after, err := os.Stat(out); err != nil || !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+		t.Errorf("%s changed", out)
 	}
 }
