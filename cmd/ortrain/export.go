@@ -1,12 +1,88 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/export"
+)
 
 func exportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "export",
-		Usage:     "not built yet: the PyTorch export route, issue 8",
-		UsageText: "ortrain export",
-		Action:    notBuilt("export", "the PyTorch export route, issue 8"),
+		Usage:     "write a built-in recipe's forward graph and initial weights as ONNX",
+		UsageText: "ortrain export (--recipe NAME | --preset NAME) [--set model.params.key=value]... --out FILE [--strip-markers]",
+		Description: `Builds the recipe with its [model.params] (from --set, or from a preset with
+--set on top) and writes it as one ONNX file that ortrain artifacts build
+reads; the command to build it is printed. The recipe's own loss output and
+its StopGradient markers (domain "ortrain", which artifacts build needs) are
+kept; --strip-markers removes the markers for viewers such as Netron. An
+existing --out is never overwritten.
+
+Examples:
+   ortrain export --preset vqgan3d-h200 --out vqgan3d.onnx
+   ortrain export --recipe resnet --set model.params.depth=18 --set model.params.classes=10 --out resnet18.onnx
+   ortrain export --recipe bd3lm --set model.params.layers=2 --out lm.onnx --strip-markers`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "recipe", Usage: "built-in recipe: " + strings.Join(config.KnownRecipes, ", ")},
+			&cli.StringFlag{Name: "preset", Usage: "take the recipe and its parameters from a preset: " + strings.Join(configs.Names(), ", ")},
+			&cli.StringSliceFlag{Name: "set", Usage: "a recipe parameter: --set model.params.depth=18 (repeatable)"},
+			&cli.StringFlag{Name: "out", Usage: "ONNX file to write (must not exist)"},
+			&cli.BoolFlag{Name: "strip-markers", Usage: "drop the ortrain.StopGradient markers (for viewers; such a file does not train right)"},
+		},
+		Action: func(c *cli.Context) error {
+			out := c.String("out")
+			if out == "" {
+				return usageError{fmt.Errorf("give --out FILE, the ONNX file to write")}
+			}
+			cfg := config.Default()
+			switch recipe, preset := c.String("recipe"), c.String("preset"); {
+			case recipe != "" && preset != "":
+				return usageError{fmt.Errorf("give --recipe or --preset, not both")}
+			case recipe != "":
+				cfg.Model.Recipe = recipe
+			case preset != "":
+				var err error
+				if cfg, err = configs.Load(preset); err != nil {
+					return err
+				}
+			default:
+				return usageError{fmt.Errorf("give --recipe NAME or --preset NAME")}
+			}
+			for _, s := range c.StringSlice("set") {
+				if !strings.HasPrefix(s, "model.params.") {
+					return usageError{fmt.Errorf("--set %s: export takes model.params.* only", s)}
+				}
+			}
+			if err := cfg.Override(c.StringSlice("set")...); err != nil {
+				return err
+			}
+			res, err := export.Recipe(export.Options{Recipe: cfg.Model.Recipe, Params: cfg.Model.Params, Out: out, StripMarkers: c.Bool("strip-markers")})
+			if err != nil {
+				return err
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "wrote %s: recipe %s, %d parameters, inputs %s, outputs %s, %d StopGradient markers\n",
+				out, cfg.Model.Recipe, res.Params, strings.Join(res.Inputs, ", "), strings.Join(res.Outputs, ", "), res.Markers)
+			if res.External != "" {
+				fmt.Fprintf(w, "weights in %s\n", res.External)
+			}
+			if !c.Bool("strip-markers") {
+				build := "ortrain artifacts build --model " + out + " --out artifacts"
+				if res.Loss != "" {
+					build += " --loss " + res.Loss
+					if res.LabelSmoothing > 0 {
+						build += " --label-smoothing " + strconv.FormatFloat(res.LabelSmoothing, 'g', -1, 64)
+					}
+				}
+				fmt.Fprintln(w, "build the training artifacts with:\n   "+build)
+			}
+			return nil
+		},
 	}
 }

@@ -76,10 +76,3 @@ func loadORT(c *cli.Context, configLib string) error {
 	}
 	return ort.Init(path)
 }
-
-// notBuilt answers for a command whose machinery has not landed yet.
-func notBuilt(name, issue string) cli.ActionFunc {
-	return func(*cli.Context) error {
-		return cli.Exit(fmt.Sprintf("`ortrain %s` is not built yet (%s); nothing was done", name, issue), 1)
-	}
-}

@@ -23,7 +23,7 @@ func TestExitCodes(t *testing.T) {
 		{"library missing", []string{"--ort-lib", missing, "doctor"}, 2, "ONNX Runtime library not found"},
 		{"unknown flag", []string{"--no-such-flag"}, 2, "no-such-flag"},
 		{"bad device", []string{"doctor", "--device", "tpu"}, 2, "bad value tpu for device"},
-		{"not built", []string{"export"}, 1, "not built yet"},
+		{"export without --out", []string{"export", "--recipe", "resnet"}, 2, "out"},
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
 		{"import of a folder without artifacts", []string{"artifacts", "import", "--ort", filepath.Dir(missing), "--out", filepath.Join(filepath.Dir(missing), "out")}, 2, "not generate_artifacts output"},
 		{"eval without inputs", []string{"eval"}, 2, "needs --checkpoint, or --input and --reference"},

@@ -1,12 +1,49 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"encoding/json"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ortrain/ortrain/training/plan"
+)
 
 func planCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "plan",
-		Usage:     "not built yet: run planning, issue 8",
-		UsageText: "ortrain plan --config CONFIG",
-		Action:    notBuilt("plan", "run planning, issue 8"),
+		Usage:     "show what a run would do, without training and without a GPU",
+		UsageText: "ortrain plan (--config CONFIG | --preset NAME) [--set key=value]... [--json]",
+		Description: `Resolves the configuration and prints the run directory, device and
+precision, the model's parameter count and the device memory of its training
+state, the data paths and sample counts, the batch and learning-rate
+arithmetic with the LR at a few steps, the run length, the validation and
+checkpoint cadence, and the loader's host-memory plan. Parts that need the
+data say why they are unknown when it is not there. Exit 0 for a valid
+configuration (even without data), 2 for a bad one.
+
+Examples:
+   ortrain plan --preset vqgan3d-h200
+   ortrain plan --preset resnet50-a10g-balanced --set data.train=/data/imagenet/train --set data.val=/data/imagenet/val
+   ortrain plan --config run.toml --set data.batch_size=8 --json`,
+		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"}),
+		Action: func(c *cli.Context) error {
+			cfg, err := readConfig(c)
+			if err != nil {
+				return err
+			}
+			if _, err := plan.Resolve(cfg); err != nil {
+				return err
+			}
+			p, err := plan.Make(cfg)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(p)
+			}
+			return p.WriteText(c.App.Writer)
+		},
 	}
 }

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
@@ -21,7 +24,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model: outputs/<name>/version_N with config, metrics, TensorBoard events, checkpoints",
-		UsageText: "ortrain train --config CONFIG [--set key=value]... [--resume last|PATH] [--run-dir DIR [--overwrite]]",
+		UsageText: "ortrain train (--config CONFIG | --preset NAME) [--set key=value]... [--resume last|PATH] [--run-dir DIR [--overwrite]]",
 		Description: `Trains on the device trainer.device names with weights and optimizer state
 kept there for the whole run. The first SIGINT/SIGTERM finishes the current
 step, writes a checkpoint and exits 0; a second exits at once (the newest
@@ -29,23 +32,25 @@ checkpoint stays whole).
 
 Examples:
    ortrain train --config resnet.toml --set trainer.max_steps=1000
+   ortrain train --preset vqgan3d-h200 --set data.train=/data/ct/train
    ortrain train --config resnet.toml --resume last
    ortrain train --config resnet.toml --resume outputs/resnet/version_3/checkpoints/step-000001000`,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Required: true, Usage: "run configuration (TOML; training/config/README.md)"},
-			&cli.StringSliceFlag{Name: "set", Usage: "override a key: --set trainer.max_steps=10 (repeatable)"},
+		Flags: append(configFlags(),
 			&cli.StringFlag{Name: "resume", Usage: "last (newest checkpoint of the newest version of this run name), a checkpoint directory or a version directory"},
 			&cli.StringFlag{Name: "run-dir", Usage: "write the run here instead of <output_dir>/<name>/version_N"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "with --run-dir: replace the contents of an existing run directory"},
 			&cli.StringFlag{Name: "profile", Usage: "record ONNX Runtime's per-node run times into PREFIX_<date>.json, one file per graph (Chrome trace format)"},
-		},
+		),
 		Action: trainAction,
 	}
 }
 
 func trainAction(c *cli.Context) error {
-	cfg, err := loadConfig(c.String("config"), c.StringSlice("set"))
+	cfg, err := readConfig(c)
 	if err != nil {
+		return err
+	}
+	if err := cfg.Resolve(); err != nil {
 		return err
 	}
 	if err := loadORT(c, cfg.ORTLib); err != nil {
@@ -131,7 +136,40 @@ func interruptible(w interface{ Write([]byte) (int, error) }) (context.Context, 
 	return ctx, func() { signal.Stop(ch); close(ch); cancel() }
 }
 
-// loadConfig reads, overrides and resolves a run configuration.
+// configFlags are the flags that choose a run configuration, shared by
+// the commands that read one.
+func configFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Usage: "run configuration (TOML; training/config/README.md)"},
+		&cli.StringFlag{Name: "preset", Usage: "a built-in configuration instead of --config: " + strings.Join(configs.Names(), ", ")},
+		&cli.StringSliceFlag{Name: "set", Usage: "override a key: --set trainer.max_steps=10 (repeatable)"},
+	}
+}
+
+// readConfig reads the configuration --config or --preset names (exactly
+// one) and applies the --set overrides; it does not Resolve, so plan can
+// tolerate a data path still to be given.
+func readConfig(c *cli.Context) (*config.Config, error) {
+	path, preset := c.String("config"), c.String("preset")
+	var cfg *config.Config
+	var err error
+	switch {
+	case path != "" && preset != "":
+		return nil, usageError{errors.New("give --config or --preset, not both")}
+	case path != "":
+		cfg, err = config.Load(path)
+	case preset != "":
+		cfg, err = configs.Load(preset)
+	default:
+		return nil, usageError{errors.New("give --config FILE or --preset NAME (" + strings.Join(configs.Names(), ", ") + ")")}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cfg, cfg.Override(c.StringSlice("set")...)
+}
+
+// loadConfig reads, overrides and resolves a run configuration file.
 func loadConfig(path string, sets []string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {

@@ -117,9 +117,12 @@ type Tokens struct {
 	// BlockSize is the diffusion block length (bd3lm); it must divide
 	// SeqLen. 0 means no blocks.
 	BlockSize int `toml:"block_size"`
-	// Segments packs several documents per sequence and emits segment ids
-	// so attention does not cross document boundaries.
-	Segments bool `toml:"segments"`
+	// Segments are HDP-Diffusion's question, plan and execution segment
+	// lengths (e.g. [128, 128, 256]), adding up to SeqLen, with BlockSize 0:
+	// each part of an example is truncated or padded to its own segment.
+	// They must equal the bd3lm recipe's model.params.blocks. Empty means
+	// BD3-LM's block layout.
+	Segments []int `toml:"segments"`
 }
 
 // Images configures images ([data.images]).

@@ -88,6 +88,9 @@ func TestResolveErrors(t *testing.T) {
 		{"patience without monitor", []string{"trainer.early_stopping_patience=3"}, []string{"trainer.early_stopping_patience", "monitor"}},
 		{"volumes need a patch", []string{"data.kind=volumes", "data.train=/x"}, []string{"data.volumes.patch_size"}},
 		{"block must divide seq", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=100", "data.tokens.block_size=16"}, []string{"data.tokens.block_size", "100"}},
+		{"segments must add up to seq_len", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=0", "data.tokens.segments=[16,16,16]"}, []string{"data.tokens.segments", "64"}},
+		{"segments are three", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=0", "data.tokens.segments=[32,32]"}, []string{"data.tokens.segments", "question, plan, execution"}},
+		{"segments exclude blocks", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.segments=[16,16,32]"}, []string{"data.tokens.block_size", "must be 0"}},
 		{"real data needs a path", []string{"data.kind=images", "data.images.size=224"}, []string{"data.train", "images"}},
 		{"both artifacts and recipe", []string{"model.artifacts=/a"}, []string{"model.artifacts", "not both"}},
 	} {

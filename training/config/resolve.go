@@ -88,6 +88,18 @@ func (c *Config) Resolve() error {
 		if t.BlockSize < 0 || (t.BlockSize > 0 && t.SeqLen%t.BlockSize != 0) {
 			bad("data.tokens.block_size", "must divide data.tokens.seq_len = %d, not be %d", t.SeqLen, t.BlockSize)
 		}
+		if len(t.Segments) > 0 {
+			sum := 0
+			for _, n := range t.Segments {
+				sum += n
+			}
+			switch {
+			case len(t.Segments) != 3 || slices.Min(t.Segments) < 1 || sum != t.SeqLen:
+				bad("data.tokens.segments", "must be [question, plan, execution] lengths ≥ 1 adding up to data.tokens.seq_len = %d, not %v", t.SeqLen, t.Segments)
+			case t.BlockSize != 0:
+				bad("data.tokens.block_size", "must be 0 with data.tokens.segments (HDP lays out segments, not blocks), not %d", t.BlockSize)
+			}
+		}
 	case "images":
 		if d.Images.Size < 1 {
 			bad("data.images.size", "must be ≥ 1 for kind = \"images\", not %d", d.Images.Size)

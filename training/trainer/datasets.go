@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/ortrain/ortrain/models"
+	"github.com/ortrain/ortrain/models/diffusionlm"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
@@ -62,10 +64,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 	case "volumes":
 		v := d.Volumes
 		cfg := volumes.Config{TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients,
-			PatchSize: xyz(v.PatchSize), Stride: xyz(v.Stride), CacheBytes: int64(d.MemoryLimit) / 2}
-		if cfg.CacheBytes == 0 {
-			cfg.CacheBytes = 4 << 30
-		}
+			PatchSize: xyz(v.PatchSize), Stride: xyz(v.Stride), CacheBytes: VolumeCacheBytes(c)}
 		if len(v.Window) == 2 {
 			cfg.Window = volumes.Window{Low: float32(v.Window[0]), High: float32(v.Window[1])}
 		}
@@ -87,18 +86,14 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		}
 		return train, val, err
 	case "tokens":
-		if d.Tokens.Segments {
-			return nil, nil, &config.Error{Key: "data.tokens.segments", Msg: "HDP segments need the recipe's segment lengths; ortrain train lays out BD3-LM blocks only"}
+		if err := checkSegments(c); err != nil {
+			return nil, nil, err
 		}
 		tok, err := tokens.GPT2()
 		if err != nil {
 			return nil, nil, err
 		}
-		noise := false
-		for _, t := range m.Data {
-			noise = noise || t.Name == "noisy_ids"
-		}
-		cfg := tokens.Config{SeqLen: d.Tokens.SeqLen, BlockSize: d.Tokens.BlockSize, Noise: noise}
+		cfg := TokensConfig(c, m)
 		open := func(path string) (data.Dataset, error) {
 			ex, _, err := tokens.ReadGSM8K(path, false)
 			if err != nil {
@@ -112,6 +107,53 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		return train, val, err
 	}
 	return nil, nil, &config.Error{Key: "data.kind", Msg: fmt.Sprintf("%q has no dataset", d.Kind)}
+}
+
+// VolumeCacheBytes is the bound of the decoded-volume cache of a volumes
+// dataset: half of data.memory_limit, leaving the other half to the batch
+// buffers, or 4 GiB without a limit.
+func VolumeCacheBytes(c *config.Config) int64 {
+	if l := int64(c.Data.MemoryLimit); l > 0 {
+		return l / 2
+	}
+	return 4 << 30
+}
+
+// TokensConfig is the layout of token sequences that data.tokens of c
+// describes for the model of m: BD3-LM blocks of data.tokens.block_size,
+// or HDP-Diffusion's question/plan/execution segments of
+// data.tokens.segments; with the noised copy (noisy_ids and t) when the
+// model reads it.
+func TokensConfig(c *config.Config, m *artifacts.Manifest) tokens.Config {
+	t := c.Data.Tokens
+	cfg := tokens.Config{SeqLen: t.SeqLen, BlockSize: t.BlockSize, Segments: slices.Clone(t.Segments)}
+	for _, in := range m.Data {
+		cfg.Noise = cfg.Noise || in.Name == diffusionlm.NoisyIDs
+	}
+	return cfg
+}
+
+// checkSegments refuses data segments that differ from the blocks the
+// bd3lm recipe was built with: the model's attention mask is fixed by its
+// blocks, and sequences laid out otherwise would train silently wrong.
+func checkSegments(c *config.Config) error {
+	if c.Model.Recipe != "bd3lm" {
+		return nil
+	}
+	var blocks []int
+	if b, ok := c.Model.Params["blocks"].([]any); ok {
+		for _, v := range b {
+			n, ok := v.(int64)
+			if !ok {
+				return &config.Error{Key: "model.params.blocks", Msg: fmt.Sprintf("%v: want a list of integers", b)}
+			}
+			blocks = append(blocks, int(n))
+		}
+	}
+	if segs := c.Data.Tokens.Segments; !slices.Equal(blocks, segs) && (len(blocks) > 0 || len(segs) > 0) {
+		return &config.Error{Key: "data.tokens.segments", Msg: fmt.Sprintf("%v must equal model.params.blocks = %v: the model's attention follows its blocks", segs, blocks)}
+	}
+	return nil
 }
 
 // Synthetic is a dataset made up to fit a model's data inputs, for smoke

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ortrain/ortrain/configs"
+)
+
+// TestPlanEveryPreset: `ortrain plan --preset NAME` exits 0 on every
+// embedded preset without data and without ONNX Runtime, prints the
+// table, and --json gives the same plan as JSON.
+func TestPlanEveryPreset(t *testing.T) {
+	for _, name := range configs.Names() {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "outputs")
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"ortrain", "plan", "--preset", name, "--set", `output_dir="` + out + `"`}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			for _, want := range []string{"run ", "model ", "batch ", "schedule ", "loader "} {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("table lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			stdout.Reset()
+			if code := run([]string{"ortrain", "plan", "--preset", name, "--json"}, &stdout, &stderr); code != 0 {
+				t.Fatalf("--json exit %d: %s", code, stderr.String())
+			}
+			var p struct {
+				Name  string                 `json:"name"`
+				Model struct{ Params int64 } `json:"model"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &p); err != nil || p.Model.Params == 0 {
+				t.Errorf("--json: %v, %+v", err, p)
+			}
+		})
+	}
+}
+
+// TestConfigChoice: --config and --preset are exclusive and one is needed
+// (train and plan alike); an unknown preset lists the known ones; a bad
+// --set names its key. All exit 2, and train leaves no run directory.
+func TestConfigChoice(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		say  string
+	}{
+		{"plan with both", []string{"plan", "--config", "x.toml", "--preset", "quickstart"}, "not both"},
+		{"plan with neither", []string{"plan"}, "--preset NAME"},
+		{"train with neither", []string{"train"}, "--preset NAME"},
+		{"unknown preset", []string{"plan", "--preset", "nope"}, strings.Join(configs.Names(), ", ")},
+		{"unknown preset for train", []string{"train", "--preset", "nope", "--set", `output_dir="` + dir + `"`}, "quickstart"},
+		{"bad set", []string{"plan", "--preset", "quickstart", "--set", "trainer.max_steps=-1"}, "trainer.max_steps"},
+		{"unknown key", []string{"plan", "--preset", "quickstart", "--set", "trainer.max_step=1"}, "trainer.max_step"},
+		{"bad recipe params", []string{"plan", "--preset", "quickstart", "--set", "model.params.channels=-3"}, "model.params"},
+		{"missing config file", []string{"plan", "--config", filepath.Join(dir, "none.toml")}, "none.toml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(append([]string{"ortrain"}, tc.args...), &stdout, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tc.say) {
+				t.Errorf("exit %d, stderr %q; want 2 saying %q", code, stderr.String(), tc.say)
+			}
+		})
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*")); len(m) != 0 {
+		t.Errorf("train left %v behind", m)
+	}
+}
+
+// TestExportCommand: export of a preset's recipe with a parameter changed
+// writes the file and prints the artifacts build command; a second export
+// to the same --out exits 2 and leaves the file; a --set outside
+// model.params and a missing recipe choice exit 2.
+func TestExportCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "q.onnx")
+	var stdout, stderr bytes.Buffer
+	args := []string{"ortrain", "export", "--preset", "quickstart", "--set", "model.params.codebook_size=32", "--out", out}
+	if code := run(args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ortrain artifacts build --model "+out) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	before, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{args, "not overwriting"},
+		{[]string{"ortrain", "export", "--recipe", "resnet", "--set", "trainer.max_steps=1", "--out", out + "2"}, "model.params.* only"},
+		{[]string{"ortrain", "export", "--out", out + "3"}, "--recipe NAME or --preset NAME"},
+		{[]string{"ortrain", "export", "--recipe", "resnet", "--set", "model.params.depth=19", "--out", out + "4"}, "depth"},
+	} {
+		stderr.Reset()
+		if code := run(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.say) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q", tc.args[1:], code, stderr.String(), tc.say)
+		}
+	}
+	if after, err := os.Stat(out); err != nil || !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+		t.Errorf("%s changed", out)
+	}
+}
