@@ -34,9 +34,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		},
 		Commands: []*cli.Command{
 			trainCommand(), evalCommand(), artifactsCommand(), reportCommand(),
-			planCommand(), doctorCommand(), exportCommand(),
+			planCommand(), doctorCommand(), exportCommand(), quickstartCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run decides the exit code
+		// --set optimizer.betas=[0.9,0.95] is one value: commas do not split it.
+		DisableSliceFlagSeparator: true,
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},

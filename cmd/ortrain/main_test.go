@@ -26,6 +26,7 @@ func TestExitCodes(t *testing.T) {
 		{"export without --out", []string{"export", "--recipe", "resnet"}, 2, "out"},
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
 		{"import of a folder without artifacts", []string{"artifacts", "import", "--ort", filepath.Dir(missing), "--out", filepath.Join(filepath.Dir(missing), "out")}, 2, "not generate_artifacts output"},
+		{"a --set holding commas is one value", []string{"plan", "--preset", "quickstart", "--set", "optimizer.betas=[0.9,0.95]", "--set", "trainer.max_stpes=1"}, 2, "trainer.max_stpes"},
 		{"eval without inputs", []string{"eval"}, 2, "needs --checkpoint, or --input and --reference"},
 		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},
 	}

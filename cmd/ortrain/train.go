@@ -53,50 +53,57 @@ func trainAction(c *cli.Context) error {
 	if err := cfg.Resolve(); err != nil {
 		return err
 	}
+	_, err = train(c, cfg, c.String("resume"), c.String("run-dir"), c.Bool("overwrite"))
+	return err
+}
+
+// train runs a resolved configuration: a new version directory, or the one
+// resume names, or runDir; it returns the run directory.
+func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite bool) (string, error) {
 	if err := loadORT(c, cfg.ORTLib); err != nil {
-		return err
+		return "", err
 	}
 	// Prebuilt artifacts and the data are checked before a run directory
 	// is made, so a typo leaves no empty version behind.
 	var prep prepared
 	if cfg.Model.Artifacts != "" {
 		if err := prep.load(cfg, ""); err != nil {
-			return err
+			return "", err
 		}
 	}
-	rd, resume, err := openRunDir(cfg, c.String("resume"), c.String("run-dir"), c.Bool("overwrite"))
+	rd, ck, err := openRunDir(cfg, resume, runDir, overwrite)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer rd.Close()
 	enc, err := cfg.Encode()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if _, err := rd.WriteConfig(enc); err != nil {
-		return err
+		return "", err
 	}
-	if prep.artifacts == "" { // built from model.onnx into the run directory
+	if prep.artifacts == "" { // built from model.onnx or a recipe into the run directory
 		if err := prep.load(cfg, rd.Path); err != nil {
-			return err
+			return "", err
 		}
 	}
 	providers, _ := ort.AvailableProviders()
 	opts, err := cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider"))
 	if err != nil {
-		return err
+		return "", err
 	}
 	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
 	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
-		Dir: rd, Resume: resume, Progress: os.Stderr})
+		Dir: rd, Resume: ck, Progress: os.Stderr})
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer t.Close()
 	ctx, stop := interruptible(c.App.ErrWriter)
 	defer stop()
-	return t.Run(ctx)
+	return rd.Path, t.Run(ctx)
 }
 
 // prepared is what a run trains: its artifacts and datasets.

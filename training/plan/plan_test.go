@@ -58,13 +58,18 @@ func TestPresets(t *testing.T) {
 			if p.Batch.Effective != c.EffectiveBatchSize(1) || p.LR.Peak != c.PeakLR(1) {
 				t.Errorf("batch %d, peak lr %g; want %d, %g", p.Batch.Effective, p.LR.Peak, c.EffectiveBatchSize(1), c.PeakLR(1))
 			}
-			if missing != (c.Data.Kind != "synthetic") {
+			// The quickstart names its data, which `ortrain quickstart` writes.
+			wantMissing := c.Data.Kind != "synthetic" && name != "quickstart"
+			if missing != wantMissing {
 				t.Errorf("data.train missing = %v for kind %s", missing, c.Data.Kind)
 			}
 			if missing && !strings.Contains(p.Data.Unopened, "--set data.train=PATH") {
 				t.Errorf("unopened %q does not say to pass data.train", p.Data.Unopened)
 			}
-			if missing && (!p.Loader.Known || !p.Loader.Estimated || p.Loader.BatchBytes == 0) {
+			if name == "quickstart" && !strings.Contains(p.Data.Unopened, "does not exist") {
+				t.Errorf("quickstart without its data: unopened %q, want the path named", p.Data.Unopened)
+			}
+			if (missing || name == "quickstart") && (!p.Loader.Known || !p.Loader.Estimated || p.Loader.BatchBytes == 0) {
 				t.Errorf("loader plan %+v: want an estimate from the config", p.Loader)
 			}
 			var b bytes.Buffer
@@ -161,7 +166,7 @@ func TestEstimate(t *testing.T) {
 		preset string
 		set    []string
 	}{
-		{"quickstart", []string{`data.kind="volumes"`, `data.train="` + filepath.Join(dir, "ct") + `"`, "data.volumes.patch_size=[8,12,16]", "model.params.patch_size=[8,12,16]", `data.memory_limit="64MiB"`, "data.volumes.train_split=1"}},
+		{"quickstart", []string{`data.train="` + filepath.Join(dir, "ct") + `"`, `data.val=""`, "data.volumes.patch_size=[8,12,16]", "model.params.patch_size=[8,12,16]", `data.memory_limit="64MiB"`, "data.volumes.train_split=1"}},
 		{"hdp-diffusion-gsm8k", []string{`data.train="` + filepath.Join(dir, "gsm.jsonl") + `"`}},
 	} {
 		c, _ := preset(t, tc.preset, tc.set...)
