@@ -23,7 +23,7 @@ func quickstartCommand() *cli.Command {
 		UsageText: "ortrain quickstart [--set key=value]...",
 		Description: `Runs the embedded quickstart preset end to end: writes noisy 3D phantoms
 (and, with Debian's mricron-data installed, real T1 MRI at 2 mm) to
-outputs/quickstart-data, trains a ~64k-parameter VQ-GAN for 300 steps, then
+outputs/quickstart-data, trains a ~63k-parameter VQ-GAN for 400 steps, then
 reconstructs the validation volumes whole with the first and the last
 checkpoint and writes outputs/quickstart/version_N/report.html: loss curves,
 PSNR/SSIM, and slices of input, reconstruction and error for both.

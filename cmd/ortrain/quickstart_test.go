@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+)
+
+// quickstartArgs runs the quickstart with its data and runs under root.
+func quickstartArgs(root string, sets ...string) []string {
+	args := []string{"ortrain", "quickstart",
+		"--set", `output_dir="` + filepath.Join(root, "outputs") + `"`,
+		"--set", `data.train="` + filepath.Join(root, "data", "train") + `"`,
+		"--set", `data.val="` + filepath.Join(root, "data", "val") + `"`}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return args
+}
+
+// TestQuickstartEndToEnd runs the README's first command at 4 steps: it
+// writes the data, trains, evaluates the first and last checkpoints on
+// every validation volume and writes the report.
+func TestQuickstartEndToEnd(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	var out, errOut bytes.Buffer
+	args := quickstartArgs(root, "trainer.max_steps=4", "trainer.val_check_interval=2", "scheduler.warmup_steps=0")
+	if code := run(args, &out, &errOut); code != 0 {
+		t.Fatalf("quickstart: exit %d\n%s", code, errOut.String())
+	}
+	report := filepath.Join(root, "outputs", "quickstart", "version_0", "report.html")
+	html, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatalf("no report: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"at step 2", "at step 4", "patient000.nii.gz"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if n := strings.Count(out.String(), "PSNR"); n < 2 {
+		t.Errorf("quickstart printed %d PSNR lines, want one per volume and checkpoint:\n%s", n, out.String())
+	}
+}
+
+// BenchmarkQuickstart times the whole quickstart as the README runs it
+// (the target: under 5 minutes on 2 cores). Run it alone:
+//
+//	go test ./cmd/ortrain -run XXX -bench Quickstart -benchtime 1x
+func BenchmarkQuickstart(b *testing.B) {
+	orttest.Init(b)
+	b.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	for b.Loop() {
+		root := b.TempDir()
+		var out, errOut bytes.Buffer
+		start := time.Now()
+		if code := run(quickstartArgs(root), &out, &errOut); code != 0 {
+			b.Fatalf("quickstart: exit %d\n%s", code, errOut.String())
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s/quickstart")
+		b.Log(out.String())
+	}
+}
