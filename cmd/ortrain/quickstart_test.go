@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/data/nifti"
 )
 
 // quickstartArgs runs the quickstart with its data and runs under root.
@@ -48,6 +50,32 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "PSNR"); n < 2 {
 		t.Errorf("quickstart printed %d PSNR lines, want one per volume and checkpoint:\n%s", n, out.String())
+	}
+
+	// The trained checkpoint reconstructs a volume into NIfTI with the
+	// input's geometry, and will not overwrite it.
+	in := filepath.Join(root, "data", "val", "patient000.nii.gz")
+	recon := filepath.Join(root, "recon.nii.gz")
+	evalArgs := []string{"ortrain", "eval", "--checkpoint", filepath.Join(root, "outputs", "quickstart", "version_0"),
+		"--input", in, "--out", recon, "--out-dir", filepath.Join(root, "eval")}
+	if code := run(evalArgs, &out, &errOut); code != 0 {
+		t.Fatalf("eval --out: exit %d\n%s", code, errOut.String())
+	}
+	want, err := nifti.ReadHeader(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := nifti.Read(recon)
+	if err != nil {
+		t.Fatalf("the reconstruction does not read back: %v", err)
+	}
+	if !slices.Equal(got.Header.Shape(), want.Shape()) || got.Header.PixDim != want.PixDim || got.Header.SRowX != want.SRowX {
+		t.Errorf("reconstruction geometry %v %v, input %v %v", got.Header.Shape(), got.Header.PixDim, want.Shape(), want.PixDim)
+	}
+	errOut.Reset()
+	evalArgs[len(evalArgs)-1] = filepath.Join(root, "eval2")
+	if code := run(evalArgs, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "does not overwrite") {
+		t.Errorf("a second eval onto %s: exit %d, %q; want 2, the file kept", recon, code, errOut.String())
 	}
 }
 
