@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -61,6 +62,11 @@ func (usageError) BadInput() bool { return true }
 func exitCode(err error) int {
 	var bad interface{ BadInput() bool }
 	if errors.As(err, &bad) && bad.BadInput() {
+		return 2
+	}
+	// urfave/cli reports a missing Required flag with an unexported type;
+	// its message is the only handle on it.
+	if strings.HasPrefix(err.Error(), "Required flag") {
 		return 2
 	}
 	var coder cli.ExitCoder

@@ -27,6 +27,7 @@ func TestExitCodes(t *testing.T) {
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
 		{"import of a folder without artifacts", []string{"artifacts", "import", "--ort", filepath.Dir(missing), "--out", filepath.Join(filepath.Dir(missing), "out")}, 2, "not generate_artifacts output"},
 		{"a --set holding commas is one value", []string{"plan", "--preset", "quickstart", "--set", "optimizer.betas=[0.9,0.95]", "--set", "trainer.max_stpes=1"}, 2, "trainer.max_stpes"},
+		{"a required flag missing", []string{"artifacts", "build", "--out", filepath.Dir(missing)}, 2, `Required flag "model"`},
 		{"eval without inputs", []string{"eval"}, 2, "needs --checkpoint, or --input and --reference"},
 		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},
 	}
