@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -111,7 +112,7 @@ func (s *Session) Download(dev *Value) (*Value, error) {
 // Copy copies src into dst, which must have the same type and shape; either
 // may be on the host or on the session's device.
 func (s *Session) Copy(dst, src *Value) error {
-	if dst.dtype != src.dtype || !sameShape(dst.shape, src.shape) {
+	if dst.dtype != src.dtype || !slices.Equal(dst.shape, src.shape) {
 		return fmt.Errorf("copy of %v%v into %v%v: type or shape differ", src.dtype, src.shape, dst.dtype, dst.shape)
 	}
 	switch {
@@ -133,18 +134,6 @@ func count(dst, src *Value) {
 		transfers.d2h.Add(1)
 	}
 	transfers.bytes.Add(src.Bytes())
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // copier moves tensors between host and GPU memory by running an Identity

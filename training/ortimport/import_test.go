@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,25 +34,13 @@ func TestReadCheckpoint(t *testing.T) {
 		t.Fatalf("%d params, %d frozen; want 4 and 0", len(ck.Params), len(ck.Frozen))
 	}
 	for _, p := range ck.Params {
-		if s, ok := want[p.Name]; !ok || p.DType != ort.Float32 || !equal(p.Shape, s) || len(p.Data) != 4*int(ort.Numel(s)) {
+		if s, ok := want[p.Name]; !ok || p.DType != ort.Float32 || !slices.Equal(p.Shape, s) || len(p.Data) != 4*int(ort.Numel(s)) {
 			t.Errorf("param %s %v %v with %d bytes", p.Name, p.DType, p.Shape, len(p.Data))
 		}
 	}
 	if _, err := ortimport.ReadCheckpoint(filepath.Join(v1121, "eval_model.onnx")); err == nil {
 		t.Error("an ONNX file read as a checkpoint")
 	}
-}
-
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // session opens an ONNX file or in-memory graph on stock ONNX Runtime.

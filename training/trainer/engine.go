@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"github.com/ortrain/ortrain/ort"
@@ -201,7 +202,7 @@ func (e *engine) readInto(f *safetensors.File, name string, dev *ort.Value) erro
 	if !ok {
 		return &safetensors.CorruptError{Path: f.Path(), Msg: fmt.Sprintf("no tensor %q", name)}
 	}
-	if info.DType != dev.DType() || !sameShape(info.Shape, dev.Shape()) {
+	if info.DType != dev.DType() || !slices.Equal(info.Shape, dev.Shape()) {
 		return &safetensors.CorruptError{Path: f.Path(), Msg: fmt.Sprintf("tensor %q is %v%v, the model needs %v%v", name, info.DType, info.Shape, dev.DType(), dev.Shape())}
 	}
 	host, err := ort.NewEmpty(dev.DType(), dev.Shape())
@@ -579,18 +580,6 @@ func sameDims(a []int64, b []int) bool {
 	}
 	for i := range a {
 		if a[i] != int64(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
 			return false
 		}
 	}
