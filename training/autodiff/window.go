@@ -7,10 +7,9 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 )
 
-// convGrad: dX is the transposed convolution of dY with the same window;
-// dW is a convolution of X by dY with batch and channel axes swapped, so
-// that the sum over the batch becomes the sum over input channels, and with
-// strides and dilations trading places; dB sums dY over all but channels.
+// convGrad: dX is the transposed convolution of dY with the same window
+// (convInputGrad); dW correlates X with dY (convWeightGrad); dB sums dY over
+// all but channels.
 func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	dx := make([]string, len(n.Inputs))
 	g := dy[0]
@@ -100,7 +99,10 @@ func insertZeros(b *B, g string, i int, s int64, sizes []int64) string {
 
 // convWeightGrad is the weight gradient of the convolution of xv (spatial
 // sizes in) by weight wv with window w, given the gradient g of its output
-// (spatial sizes out).
+// (spatial sizes out). Without groups it is one GEMM per kernel offset
+// (convWeightGradGEMM); with groups, a convolution of X by dY with batch and
+// channel axes swapped, so that the sum over the batch becomes the sum over
+// input channels, strides and dilations trading places.
 func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64, group int64) string {
 	xi, wi := b.Info(xv), b.Info(wv)
 	if !wi.Static() || xi.Shape[1] < 0 {
