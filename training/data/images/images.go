@@ -352,9 +352,10 @@ func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
 		}
 		e.src = j
 		row := r.pix[j*r.stride : j*r.stride+r.stride]
-		vR, vG, vB := e.v[:S], e.v[S:2*S], e.v[2*S:3*S]
-		for dx, t := range sc.taps {
-			p0, p1 := row[t.i0:t.i0+3], row[t.i1:t.i1+3]
+		taps := sc.taps[:S]
+		vR, vG, vB := e.v[:S], e.v[S:][:S], e.v[2*S:][:S]
+		for dx, t := range taps {
+			p0, p1 := (*[3]byte)(row[t.i0:]), (*[3]byte)(row[t.i1:])
 			a0, a1 := float32(p0[0]), float32(p1[0])
 			vR[dx] = a0 + t.w*(a1-a0)
 			a0, a1 = float32(p0[1]), float32(p1[1])
@@ -375,7 +376,7 @@ func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
 		if d.cfg.Layout == NHWC {
 			o := out[oy*S*3 : (oy+1)*S*3]
 			for c := range 3 {
-				ac, bc := a[c*S:(c+1)*S], b[c*S:(c+1)*S]
+				ac, bc := a[c*S:][:S], b[c*S:][:S]
 				for dx := range ac {
 					o[3*dx+c] = (ac[dx]+wy*(bc[dx]-ac[dx]))*scale[c] + bias[c]
 				}
@@ -383,8 +384,8 @@ func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
 			continue
 		}
 		for c := range 3 {
-			o := out[c*plane+oy*S : c*plane+oy*S+S]
-			ac, bc := a[c*S:(c+1)*S], b[c*S:(c+1)*S]
+			o := out[c*plane+oy*S:][:S]
+			ac, bc := a[c*S:][:S], b[c*S:][:S]
 			sc, bi := scale[c], bias[c]
 			for dx := range o {
 				o[dx] = (ac[dx]+wy*(bc[dx]-ac[dx]))*sc + bi
