@@ -317,7 +317,9 @@ func bandSum[T float32 | float64](b *ssimBand, sum *exactSum, x, y []T, d [3]int
 
 // filterProducts sets dst to x, y, x²+y² and xy filtered with the symmetric
 // taps along a line of rows: tap t reads the len(dst[0]) samples from
-// off+t·stride.
+// off+t·stride. The squares are rounded before they are added (the float64
+// conversions) so that a build fusing multiply-adds (GOAMD64=v3) still
+// treats x and y alike and SSIM(x, y) = SSIM(y, x) exactly.
 func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride int, taps []float64) {
 	n := len(dst[0])
 	fx, fy, fs, fp := dst[0][:n], dst[1][:n], dst[2][:n], dst[3][:n]
@@ -325,7 +327,7 @@ func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride
 	xc, yc, w := x[off+r*stride:][:n], y[off+r*stride:][:n], taps[r]
 	for i := range n {
 		a, b := float64(xc[i]), float64(yc[i])
-		fx[i], fy[i], fs[i], fp[i] = w*a, w*b, w*(a*a+b*b), w*(a*b)
+		fx[i], fy[i], fs[i], fp[i] = w*a, w*b, w*(float64(a*a)+float64(b*b)), w*(a*b)
 	}
 	for t := r - 1; t >= 0; t-- {
 		x1, y1 := x[off+t*stride:][:n], y[off+t*stride:][:n]
@@ -335,7 +337,7 @@ func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride
 			a1, b1, a2, b2 := float64(x1[i]), float64(y1[i]), float64(x2[i]), float64(y2[i])
 			fx[i] += w * (a1 + a2)
 			fy[i] += w * (b1 + b2)
-			fs[i] += w * ((a1*a1 + b1*b1) + (a2*a2 + b2*b2))
+			fs[i] += w * ((float64(a1*a1) + float64(b1*b1)) + (float64(a2*a2) + float64(b2*b2)))
 			fp[i] += w * (a1*b1 + a2*b2)
 		}
 	}
@@ -404,7 +406,7 @@ func (p *ssimParams) rowSum(u [4][]float64) float64 {
 	uy, us, up := u[1][:len(ux)], u[2][:len(ux)], u[3][:len(ux)]
 	var s float64
 	for i := range ux {
-		sq := ux[i]*ux[i] + uy[i]*uy[i]
+		sq := float64(ux[i]*ux[i]) + float64(uy[i]*uy[i]) // rounded as in filterProducts
 		vsum := p.covNorm * (us[i] - sq)
 		vxy := p.covNorm * (up[i] - ux[i]*uy[i])
 		if p.clampVar {
