@@ -306,6 +306,26 @@ func TestBadInputs(t *testing.T) {
 
 // TestPerplexity checks perplexity and bits per token on hand-computed
 // cases, merging, and the rejection of invalid batches.
+// TestFirstNonFinite checks the blockwise scan: the first NaN or Inf is
+// found at and across block edges, and the largest finite values and the
+// subnormals are not taken for one.
+func TestFirstNonFinite(t *testing.T) {
+	v := make([]float32, 10000)
+	v[3], v[4], v[5] = math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32
+	if i := firstNonFinite(v); i != -1 {
+		t.Fatalf("finite values: first non-finite at %d", i)
+	}
+	for _, at := range []int{0, 17, 4095, 4096, 9999} {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			v[at], v[9999] = bad, bad
+			if i := firstNonFinite(v); i != at {
+				t.Errorf("%v at %d (and 9999): found at %d", bad, at, i)
+			}
+			v[at], v[9999] = 0, 0
+		}
+	}
+}
+
 func TestPerplexity(t *testing.T) {
 	type batch struct {
 		nll    float64
