@@ -157,25 +157,28 @@ func TestAccumulatorOrder(t *testing.T) {
 }
 
 // TestSSIMDeterministic checks that SSIM and PSNR do not depend on the
-// number of CPUs, bit for bit.
+// number of CPUs, bit for bit. The 2D image is cut into 4 bands of rows with
+// 1 CPU and 5 with more, the volume into whole slices.
 func TestSSIMDeterministic(t *testing.T) {
-	x, y := genCase(refCase{Kind: "smooth", Shape: []int{23, 31, 29}, Seed: 3, Amp: 0.1, Gain: 0.9, Scale: 1})
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	var want [2]float64
-	for _, procs := range []int{1, 2, 3, 7} {
-		runtime.GOMAXPROCS(procs)
-		s, err := SSIM(x, y, GaussianOptions(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := PSNR(x.Data, y.Data, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if procs == 1 {
-			want = [2]float64{s, p}
-		} else if [2]float64{s, p} != want {
-			t.Errorf("GOMAXPROCS %d: SSIM, PSNR = %v, %v; with 1 CPU %v, %v", procs, s, p, want[0], want[1])
+	for _, shape := range [][]int{{23, 31, 29}, {200, 190}} {
+		x, y := genCase(refCase{Kind: "smooth", Shape: shape, Seed: 3, Amp: 0.1, Gain: 0.9, Scale: 1})
+		var want [2]float64
+		for _, procs := range []int{1, 2, 3, 7} {
+			runtime.GOMAXPROCS(procs)
+			s, err := SSIM(x, y, GaussianOptions(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := PSNR(x.Data, y.Data, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if procs == 1 {
+				want = [2]float64{s, p}
+			} else if [2]float64{s, p} != want {
+				t.Errorf("%v, GOMAXPROCS %d: SSIM, PSNR = %v, %v; with 1 CPU %v, %v", shape, procs, s, p, want[0], want[1])
+			}
 		}
 	}
 }
@@ -303,6 +306,26 @@ func TestBadInputs(t *testing.T) {
 
 // TestPerplexity checks perplexity and bits per token on hand-computed
 // cases, merging, and the rejection of invalid batches.
+// TestFirstNonFinite checks the blockwise scan: the first NaN or Inf is
+// found at and across block edges, and the largest finite values and the
+// subnormals are not taken for one.
+func TestFirstNonFinite(t *testing.T) {
+	v := make([]float32, 10000)
+	v[3], v[4], v[5] = math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32
+	if i := firstNonFinite(v); i != -1 {
+		t.Fatalf("finite values: first non-finite at %d", i)
+	}
+	for _, at := range []int{0, 17, 4095, 4096, 9999} {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			v[at], v[9999] = bad, bad
+			if i := firstNonFinite(v); i != at {
+				t.Errorf("%v at %d (and 9999): found at %d", bad, at, i)
+			}
+			v[at], v[9999] = 0, 0
+		}
+	}
+}
+
 func TestPerplexity(t *testing.T) {
 	type batch struct {
 		nll    float64

@@ -3,6 +3,9 @@ package metrics
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // Window selects the weighting window of SSIM's local statistics.
@@ -179,9 +182,9 @@ func checkWindow(d [3]int, shape []int, win int, is3D bool) error {
 // Errors: shapes differ, a dimension smaller than the window, NaN or Inf in
 // an input, invalid options (DataRange not positive, even WinSize, ...).
 //
-// SSIM filters separably, one output slice at a time, spreading rows over
-// all CPUs; besides the inputs it needs 4·H·W float64 values (8 MB for
-// 512×512 slices), whatever the depth.
+// SSIM filters separably, in bands of rows of one output slice spread over
+// all CPUs; besides the inputs it needs 4·(len(taps)+2)·W float64 values per
+// CPU (0.2 MB for 512 columns), whatever the depth.
 func SSIM(x, y Volume, opt SSIMOptions) (float64, error) {
 	d, err := pairDims(x, y)
 	if err != nil {
@@ -204,69 +207,119 @@ func SSIM(x, y Volume, opt SSIMOptions) (float64, error) {
 // too. Every filtered dimension must be at least len(p.taps).
 //
 // SSIM needs only four filtered quantities: x, y, x²+y² and xy (σx²+σy² =
-// f(x²+y²) - μx² - μy²). For each output slice, the four are filtered along D
-// straight from the inputs into zb (H×W each), then each output row is
-// filtered along H and W in per-goroutine buffers and reduced to a sum of
-// SSIM. The row sums go into an exact sum, so the result does not depend on
-// how rows are spread over goroutines. Working memory: 4·H·W float64 plus a
-// few rows per goroutine (8 MB for 512×512 slices), whatever the depth.
+// f(x²+y²) - μx² - μy²). The work is split into bands of output rows of one
+// output slice, handed to the goroutines one at a time, so no goroutine
+// waits for another until the end. A band streams through its input rows:
+// each row is filtered along D straight from the inputs into a ring of the
+// last len(taps) rows, from which each output row is filtered along H, then
+// W, and reduced to a sum of SSIM; everything a band touches besides the
+// inputs stays in the CPU's cache. The row sums go into exact sums, so the
+// result does not depend on how bands are spread over goroutines. Working
+// memory: 4·(len(taps)+2)·W float64 per goroutine (0.2 MB for 512 columns),
+// whatever the depth.
 func ssimMean[T float32 | float64](x, y []T, d [3]int, is3D bool, p *ssimParams) float64 {
 	taps, ztaps := p.taps, []float64{1}
 	if is3D {
 		ztaps = taps
 	}
-	r := len(taps) / 2
 	D, H, W := d[0], d[1], d[2]
-	Do, Ho, Wo := D-len(ztaps)+1, H-2*r, W-2*r
-	// Rows and planes of zb are padded so that they are not 4 KiB apart:
-	// with 512×512 slices the rows read together would otherwise all map to
-	// the same cache sets.
-	ws := W + 8
-	qs := H*ws + 16
-	zb := make([]float64, 4*qs)
-	rowSums := make([]float64, Ho)
-	var total exactSum
-	for z := range Do {
-		parallelFor(H, func(lo, hi int) {
-			for row := lo; row < hi; row++ {
-				var dst [4][]float64
-				for k := range dst {
-					dst[k] = zb[k*qs+row*ws:][:W]
+	Do, Ho, Wo := D-len(ztaps)+1, H-len(taps)+1, W-len(taps)+1
+	// Whole slices are the cheapest bands (a band of n rows filters n+2r
+	// along D); slices are cut in bands only when there are too few of them
+	// to keep every goroutine busy to the end, e.g. in 2D.
+	workers := runtime.GOMAXPROCS(0)
+	bands := min(max(1, (4*workers+Do-1)/Do), max(1, Ho/32))
+	tasks := Do * bands
+	workers = min(workers, tasks)
+	sums := make([]exactSum, workers)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			b := newSSIMBand(W, len(taps))
+			var sum exactSum
+			for {
+				t := int(next.Add(1)) - 1
+				if t >= tasks {
+					break
 				}
-				filterProducts(dst, x, y, (z*H+row)*W, H*W, ztaps)
+				z, k := t/bands, t%bands
+				bandSum(b, &sum, x, y, d, z, Ho*k/bands, Ho*(k+1)/bands, ztaps, p)
 			}
+			sums[g] = sum
 		})
-		parallelFor(Ho, func(lo, hi int) {
-			yb := make([]float64, 4*W)
-			var u [4][]float64
-			for k := range u {
-				u[k] = make([]float64, Wo)
-			}
-			src := make([][]float64, len(taps))
-			for row := lo; row < hi; row++ {
-				for k := range 4 {
-					for t := range taps {
-						src[t] = zb[k*qs+(row+t)*ws:][:W]
-					}
-					combine(yb[k*W:][:W], src, taps)
-					for t := range taps {
-						src[t] = yb[k*W+t:][:Wo]
-					}
-					combine(u[k], src, taps)
-				}
-				rowSums[row] = p.rowSum(u)
-			}
-		})
-		for _, s := range rowSums {
-			total.add(s)
-		}
 	}
-	return total.value() / float64(Do*Ho*Wo)
+	wg.Wait()
+	for g := 1; g < workers; g++ {
+		sums[0].merge(&sums[g])
+	}
+	return sums[0].value() / float64(Do*Ho*Wo)
+}
+
+// ssimBand holds one goroutine's buffers for ssimMean.
+type ssimBand struct {
+	// ring holds, for each of the 4 quantities, the last len(taps) input
+	// rows filtered along D; row i of quantity k starts at (i·4+k)·stride.
+	// stride pads the rows so that rows read together are not 4 KiB apart
+	// (with 512 columns they would otherwise all map to the same cache
+	// sets).
+	ring   []float64
+	stride int
+	yb     []float64 // one row filtered along D and H
+	u      [4][]float64
+	src    [][]float64
+}
+
+func newSSIMBand(W, ntaps int) *ssimBand {
+	b := &ssimBand{stride: W + 8, yb: make([]float64, W), src: make([][]float64, ntaps)}
+	b.ring = make([]float64, 4*ntaps*b.stride)
+	for k := range b.u {
+		b.u[k] = make([]float64, W-ntaps+1)
+	}
+	return b
+}
+
+// bandSum adds to sum the row sums of SSIM of output rows [lo, hi) of output
+// slice z, with b's buffers.
+func bandSum[T float32 | float64](b *ssimBand, sum *exactSum, x, y []T, d [3]int, z, lo, hi int, ztaps []float64, p *ssimParams) {
+	taps := p.taps
+	n, H, W := len(taps), d[1], d[2]
+	for row := lo; row < hi+n-1; row++ {
+		i := row % n
+		var dst [4][]float64
+		for k := range dst {
+			dst[k] = b.ring[(i*4+k)*b.stride:][:W]
+		}
+		filterProducts(dst, x, y, (z*H+row)*W, H*W, ztaps)
+		if row < lo+n-1 {
+			continue
+		}
+		// Ring row (out+t)%n holds input row out+t.
+		out := row - n + 1
+		for k := range 4 {
+			for t := range n {
+				b.src[t] = b.ring[(((out+t)%n)*4+k)*b.stride:][:W]
+			}
+			if n == 11 {
+				combine11(b.yb, b.src, taps)
+				filterRow11(b.u[k], b.yb, taps)
+				continue
+			}
+			combine(b.yb, b.src, taps)
+			for t := range n {
+				b.src[t] = b.yb[t:][:len(b.u[k])]
+			}
+			combine(b.u[k], b.src, taps)
+		}
+		sum.add(p.rowSum(b.u))
+	}
 }
 
 // filterProducts sets dst to x, y, x²+y² and xy filtered with the symmetric
 // taps along a line of rows: tap t reads the len(dst[0]) samples from
-// off+t·stride.
+// off+t·stride. The squares are rounded before they are added (the float64
+// conversions) so that a build fusing multiply-adds (GOAMD64=v3) still
+// treats x and y alike and SSIM(x, y) = SSIM(y, x) exactly.
 func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride int, taps []float64) {
 	n := len(dst[0])
 	fx, fy, fs, fp := dst[0][:n], dst[1][:n], dst[2][:n], dst[3][:n]
@@ -274,7 +327,7 @@ func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride
 	xc, yc, w := x[off+r*stride:][:n], y[off+r*stride:][:n], taps[r]
 	for i := range n {
 		a, b := float64(xc[i]), float64(yc[i])
-		fx[i], fy[i], fs[i], fp[i] = w*a, w*b, w*(a*a+b*b), w*(a*b)
+		fx[i], fy[i], fs[i], fp[i] = w*a, w*b, w*(float64(a*a)+float64(b*b)), w*(a*b)
 	}
 	for t := r - 1; t >= 0; t-- {
 		x1, y1 := x[off+t*stride:][:n], y[off+t*stride:][:n]
@@ -284,7 +337,7 @@ func filterProducts[T float32 | float64](dst [4][]float64, x, y []T, off, stride
 			a1, b1, a2, b2 := float64(x1[i]), float64(y1[i]), float64(x2[i]), float64(y2[i])
 			fx[i] += w * (a1 + a2)
 			fy[i] += w * (b1 + b2)
-			fs[i] += w * ((a1*a1 + b1*b1) + (a2*a2 + b2*b2))
+			fs[i] += w * ((float64(a1*a1) + float64(b1*b1)) + (float64(a2*a2) + float64(b2*b2)))
 			fp[i] += w * (a1*b1 + a2*b2)
 		}
 	}
@@ -307,6 +360,42 @@ func combine(dst []float64, src [][]float64, taps []float64) {
 	}
 }
 
+// combine11 is combine for 11 taps in one pass: the products and sums are
+// those of combine, in the same order, but each output is summed in a
+// register instead of being loaded and stored once per tap pair.
+func combine11(dst []float64, src [][]float64, taps []float64) {
+	n := len(dst)
+	w0, w1, w2, w3, w4, w5 := taps[0], taps[1], taps[2], taps[3], taps[4], taps[5]
+	s0, s1, s2, s3, s4, s5 := src[0][:n], src[1][:n], src[2][:n], src[3][:n], src[4][:n], src[5][:n]
+	s6, s7, s8, s9, s10 := src[6][:n], src[7][:n], src[8][:n], src[9][:n], src[10][:n]
+	for i := range dst {
+		v := w5 * s5[i]
+		v += w4 * (s4[i] + s6[i])
+		v += w3 * (s3[i] + s7[i])
+		v += w2 * (s2[i] + s8[i])
+		v += w1 * (s1[i] + s9[i])
+		v += w0 * (s0[i] + s10[i])
+		dst[i] = v
+	}
+}
+
+// filterRow11 is combine for 11 taps with src[t] = row[t:]: the filter along
+// a row, in one pass and in combine's order.
+func filterRow11(dst, row []float64, taps []float64) {
+	w0, w1, w2, w3, w4, w5 := taps[0], taps[1], taps[2], taps[3], taps[4], taps[5]
+	row = row[:len(dst)+10]
+	for i := range dst {
+		s := row[i : i+11 : i+11]
+		v := w5 * s[5]
+		v += w4 * (s[4] + s[6])
+		v += w3 * (s[3] + s[7])
+		v += w2 * (s[2] + s[8])
+		v += w1 * (s[1] + s[9])
+		v += w0 * (s[0] + s[10])
+		dst[i] = v
+	}
+}
+
 // rowSum returns the sum over one row of SSIM (or the contrast-structure
 // term) from the filtered x, y, x²+y², xy in u. The operations follow
 // scikit-image's, except that σx²+σy² comes from one filtered quantity; the
@@ -317,7 +406,7 @@ func (p *ssimParams) rowSum(u [4][]float64) float64 {
 	uy, us, up := u[1][:len(ux)], u[2][:len(ux)], u[3][:len(ux)]
 	var s float64
 	for i := range ux {
-		sq := ux[i]*ux[i] + uy[i]*uy[i]
+		sq := float64(ux[i]*ux[i]) + float64(uy[i]*uy[i]) // rounded as in filterProducts
 		vsum := p.covNorm * (us[i] - sq)
 		vxy := p.covNorm * (up[i] - ux[i]*uy[i])
 		if p.clampVar {

@@ -155,6 +155,7 @@ func New(items []Item, cfg Config) (*Dataset, error) {
 type scratch struct {
 	file, rgb []byte
 	taps      []tap
+	rows      []float32 // resample's cached rows
 }
 
 // Len is the number of images.
@@ -305,8 +306,14 @@ func randomResizedCrop(W, H int, rng *rand.Rand) (x, y, w, h float64) {
 
 // resample maps the region's crop to Size×Size with bilinear filtering
 // (pixel centres aligned, as torchvision's resize), flips, normalises and
-// writes the layout. It is half the cost of a sample after decoding, so the
-// per-column taps are tabulated once and the inner loop has no branches.
+// writes the layout. It is a good part of a sample's cost after decoding,
+// so it runs separably: the per-column taps are tabulated once, each source
+// row that an output row needs is interpolated along x once into a cached
+// row (consecutive output rows share source rows), and each output row is
+// the blend of two cached rows. The arithmetic is that of a direct bilinear
+// tap, a0+wx·(a1-a0) per source row then a+wy·(b-a), each rounded to
+// float32, so the split changes no value (a GOAMD64=v3 build may contract
+// some of it into FMAs, changing last bits either way).
 func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
 	S := d.cfg.Size
 	var scale, bias [3]float32
@@ -328,30 +335,61 @@ func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
 		}
 		sc.taps[dx] = tap{int32(3 * i), int32(3 * i1), float32(fx - float64(i))}
 	}
+	// Two cached rows, each three channel planes of S values, tagged with
+	// the source row they hold.
+	sc.rows = slices.Grow(sc.rows[:0], 6*S)[:6*S]
+	cache := [2]hrow{{-1, sc.rows[:3*S]}, {-1, sc.rows[3*S:]}}
+	// get returns the cached row j, filling the entry not holding row keep.
+	get := func(j, keep int) []float32 {
+		for _, e := range cache {
+			if e.src == j {
+				return e.v
+			}
+		}
+		e := &cache[0]
+		if e.src == keep {
+			e = &cache[1]
+		}
+		e.src = j
+		row := r.pix[j*r.stride : j*r.stride+r.stride]
+		taps := sc.taps[:S]
+		vR, vG, vB := e.v[:S], e.v[S:][:S], e.v[2*S:][:S]
+		for dx, t := range taps {
+			p0, p1 := (*[3]byte)(row[t.i0:]), (*[3]byte)(row[t.i1:])
+			a0, a1 := float32(p0[0]), float32(p1[0])
+			vR[dx] = a0 + t.w*(a1-a0)
+			a0, a1 = float32(p0[1]), float32(p1[1])
+			vG[dx] = a0 + t.w*(a1-a0)
+			a0, a1 = float32(p0[2]), float32(p1[2])
+			vB[dx] = a0 + t.w*(a1-a0)
+		}
+		return e.v
+	}
 	plane := S * S
 	for oy := range S {
 		fy := min(max(r.y+(float64(oy)+0.5)*sy-0.5, 0), float64(r.rows-1))
 		j := min(int(fy), max(r.rows-2, 0))
 		j1 := min(j+1, r.rows-1)
 		wy := float32(fy - float64(j))
-		row0 := r.pix[j*r.stride : j*r.stride+r.stride]
-		row1 := r.pix[j1*r.stride : j1*r.stride+r.stride]
+		a := get(j, j1)
+		b := get(j1, j)
 		if d.cfg.Layout == NHWC {
 			o := out[oy*S*3 : (oy+1)*S*3]
-			for dx, t := range sc.taps {
-				for c := range 3 {
-					o[3*dx+c] = lerp2(row0, row1, t, wy, c)*scale[c] + bias[c]
+			for c := range 3 {
+				ac, bc := a[c*S:][:S], b[c*S:][:S]
+				for dx := range ac {
+					o[3*dx+c] = (ac[dx]+wy*(bc[dx]-ac[dx]))*scale[c] + bias[c]
 				}
 			}
 			continue
 		}
-		oR := out[oy*S : oy*S+S]
-		oG := out[plane+oy*S : plane+oy*S+S]
-		oB := out[2*plane+oy*S : 2*plane+oy*S+S]
-		for dx, t := range sc.taps {
-			oR[dx] = lerp2(row0, row1, t, wy, 0)*scale[0] + bias[0]
-			oG[dx] = lerp2(row0, row1, t, wy, 1)*scale[1] + bias[1]
-			oB[dx] = lerp2(row0, row1, t, wy, 2)*scale[2] + bias[2]
+		for c := range 3 {
+			o := out[c*plane+oy*S:][:S]
+			ac, bc := a[c*S:][:S], b[c*S:][:S]
+			sc, bi := scale[c], bias[c]
+			for dx := range o {
+				o[dx] = (ac[dx]+wy*(bc[dx]-ac[dx]))*sc + bi
+			}
 		}
 	}
 }
@@ -362,12 +400,10 @@ type tap struct {
 	w      float32
 }
 
-// lerp2 is the bilinear value of channel c between two rows.
-func lerp2(row0, row1 []byte, t tap, wy float32, c int) float32 {
-	a0, a1 := float32(row0[int(t.i0)+c]), float32(row0[int(t.i1)+c])
-	b0, b1 := float32(row1[int(t.i0)+c]), float32(row1[int(t.i1)+c])
-	a := a0 + t.w*(a1-a0)
-	return a + wy*(b0+t.w*(b1-b0)-a)
+// hrow is a source row interpolated along x, or src -1 for none.
+type hrow struct {
+	src int
+	v   []float32
 }
 
 // toRGB copies rect of img into buf as packed RGB, with a fast path for

@@ -12,6 +12,12 @@ import (
 // Run runs ds through a loader with cfg for b's iterations, one batch
 // each, and reports samples/s in total and per worker: the figure to set
 // against what the accelerator consumes. Pipelines' benchmarks share it.
+//
+// It also reports samples per CPU-second of the whole process (workers,
+// loader, GC): on a machine shared with other work, wall-clock rates
+// measure the CPUs this process was given, while samples/cpu-s measures
+// the pipeline, and cpus (CPU-seconds per second) shows how many cores it
+// actually had.
 func Run(b *testing.B, ds data.Dataset, cfg data.Config) {
 	b.Helper()
 	l, err := data.New(ds, cfg)
@@ -23,12 +29,17 @@ func Run(b *testing.B, ds data.Dataset, cfg data.Config) {
 		b.Fatal(err)
 	}
 	n := 0
+	cpu0 := CPUSeconds()
 	for b.Loop() {
 		batch, err := l.Next()
 		if err != nil {
 			b.Fatal(err)
 		}
 		n += len(batch.Indices)
+	}
+	if cpu := CPUSeconds() - cpu0; cpu0 >= 0 && cpu > 0 {
+		b.ReportMetric(float64(n)/cpu, "samples/cpu-s")
+		b.ReportMetric(cpu/b.Elapsed().Seconds(), "cpus")
 	}
 	rate := float64(n) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, "samples/s")
