@@ -41,13 +41,15 @@ func RunReport(dir string, env []report.KV) (report.Report, error) {
 
 // charts puts the training and validation losses on one chart, the
 // learning rate and gradient norm on charts of their own, and groups the
-// remaining metrics by the prefix before "/" (gpu/util, gpu/memory ...).
+// remaining metrics by the prefix before "/" (gpu/util, gpu/memory ...);
+// the epoch counter gets none.
 func charts(series []logging.Series) []report.Chart {
 	var loss, rest []report.Series
 	groups := map[string][]report.Series{}
 	for _, s := range series {
 		rs := report.Series{Name: s.Name, Step: s.Step, Value: s.Value}
 		switch {
+		case s.Name == "epoch": // a staircase; the last-values table has it
 		case s.Name == "loss" || strings.HasSuffix(s.Name, "/loss"):
 			loss = append(loss, rs)
 		case strings.Contains(s.Name, "/"):
