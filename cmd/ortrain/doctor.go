@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/telemetry"
 )
 
 func doctorCommand() *cli.Command {
@@ -15,8 +16,8 @@ func doctorCommand() *cli.Command {
 		Name:  "doctor",
 		Usage: "check that ONNX Runtime loads and which devices can train",
 		Description: `Prints ortrain's and ONNX Runtime's versions, the library path, the
-execution providers, and whether a session runs on the CPU and on each CUDA
-device. Exits 0 when the CPU path works.
+execution providers, the GPUs NVML sees (name, memory, driver), and whether a
+session runs on the CPU and on a CUDA device. Exits 0 when the CPU path works.
 
 Example:
    ortrain doctor
@@ -49,6 +50,16 @@ func doctor(c *cli.Context) error {
 	dev, err := ort.ParseDevice(c.String("device"))
 	if err != nil {
 		return err
+	}
+	gpus, err := telemetry.Devices()
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "gpus           NVML present but failing: %v\n", err)
+	case len(gpus) == 0:
+		fmt.Fprintf(w, "gpus           none (no NVIDIA driver found)\n")
+	}
+	for _, g := range gpus {
+		fmt.Fprintf(w, "gpu %-10d %s, %.1f GiB, driver %s\n", g.Index, g.Name, float64(g.MemoryTotal)/(1<<30), g.Driver)
 	}
 	switch {
 	case !contains(providers, "CUDAExecutionProvider"):
