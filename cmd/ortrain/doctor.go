@@ -66,7 +66,13 @@ func doctor(c *cli.Context) error {
 		fmt.Fprintf(w, "%-14s not available: this ONNX Runtime has no CUDA provider (a CUDA build: set $%s)\n", dev, ort.LibraryEnv)
 	default:
 		if err := ort.CheckDevice(dev, ort.Options{}); err != nil {
-			fmt.Fprintf(w, "%-14s not usable: %s\n", dev, shortORTError(err))
+			msg := shortORTError(err)
+			if strings.Contains(msg, "Failed to load library") {
+				// The CPU builds on npm list CUDA among their providers but
+				// ship none of its libraries.
+				msg = "this ONNX Runtime has no CUDA provider library beside it (" + msg + "); set $" + ort.LibraryEnv + " to a CUDA build"
+			}
+			fmt.Fprintf(w, "%-14s not usable: %s\n", dev, msg)
 		} else {
 			fmt.Fprintf(w, "%-14s ok (session, copy to and from the device)\n", dev)
 		}
