@@ -64,16 +64,7 @@ func OpenModel(dir string, weights WeightSource, opts ort.Options) (*Model, erro
 		model.Close()
 		return nil, err
 	}
-	names := []string{}
-	for _, group := range [][]artifacts.Tensor{m.Params, m.Frozen} {
-		for _, t := range group {
-			names = append(names, t.Name)
-		}
-	}
-	for _, b := range m.Buffers {
-		names = append(names, b.Name)
-	}
-	for _, name := range names {
+	for _, name := range weightNames(m) {
 		host, err := weights(name)
 		if err != nil {
 			model.Close()

@@ -143,11 +143,7 @@ func (g *Graph) infer(n *Node) {
 		if !ok {
 			si := in(1)
 			if si.Static() && len(si.Shape) == 1 {
-				s := make([]int64, si.Shape[0])
-				for i := range s {
-					s[i] = -1
-				}
-				shaped(x.DType, s)
+				shaped(x.DType, unknownDims(si.Shape[0]))
 			} else {
 				set(0, Info{DType: x.DType})
 			}
@@ -314,11 +310,7 @@ func (g *Graph) infer(n *Node) {
 		if !ok {
 			si := in(1)
 			if si.Static() && len(si.Shape) == 1 && x.Known && int(si.Shape[0]) >= len(x.Shape) {
-				s := make([]int64, si.Shape[0])
-				for i := range s {
-					s[i] = -1
-				}
-				shaped(x.DType, s)
+				shaped(x.DType, unknownDims(si.Shape[0]))
 			} else {
 				set(0, Info{DType: x.DType})
 			}
@@ -692,4 +684,14 @@ func prod(s []int64) int64 {
 		p *= d
 	}
 	return p
+}
+
+// unknownDims is a shape of known rank whose dimensions are all unknown: what
+// a shape given at run time tells before it is seen.
+func unknownDims(rank int64) []int64 {
+	s := make([]int64, rank)
+	for i := range s {
+		s[i] = -1
+	}
+	return s
 }
