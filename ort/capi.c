@@ -41,6 +41,8 @@ OrtStatus* ortrain_set_threads(OrtSessionOptions* o, int intra, int inter) {
 
 OrtStatus* ortrain_disable_cpu_arena(OrtSessionOptions* o) { return api->DisableCpuMemArena(o); }
 
+OrtStatus* ortrain_disable_mem_pattern(OrtSessionOptions* o) { return api->DisableMemPattern(o); }
+
 OrtStatus* ortrain_set_graph_optimization(OrtSessionOptions* o, int level) {
   return api->SetSessionGraphOptimizationLevel(o, (GraphOptimizationLevel)level);
 }

@@ -33,6 +33,15 @@ type Options struct {
 	// DisableOptimizations turns ONNX Runtime's graph rewrites off; for tests
 	// that compare kernels one by one.
 	DisableOptimizations bool
+	// DisableMemPattern turns off ONNX Runtime's memory pattern.
+	DisableMemPattern bool
+	// DisabledOptimizers names ONNX Runtime graph rewrites to skip
+	// (optimization.disable_specified_optimizers), e.g.
+	// CommonSubexpressionElimination, which would merge the backward
+	// pass's recomputations back into the forward values they replace.
+	DisabledOptimizers []string
+	FixedDims map[string]int64
+	OptimizationLevel int
 	// ProfilePrefix, when set, makes ONNX Runtime record every node's run
 	// time into <prefix>_<date>.json, written when the session closes: a
 	// Chrome trace (chrome://tracing, Perfetto).

@@ -165,6 +165,11 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 			return nil, err
 		}
 	}
+	if opts.DisableMemPattern {
+		if err := check(C.ortrain_disable_mem_pattern(so)); err != nil {
+			return nil, err
+		}
+	}
 	if opts.DisableOptimizations {
 		if err := check(C.ortrain_set_graph_optimization(so, 0)); err != nil {
 			return nil, err
@@ -181,6 +186,9 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 	config := map[string]string{"session.record_ep_graph_assignment_info": "1"}
 	if opts.Device.CUDA && !allowFallback {
 		config["session.disable_cpu_ep_fallback"] = "1"
+	}
+	if len(opts.DisabledOptimizers) > 0 {
+		config["optimization.disable_specified_optimizers"] = strings.Join(opts.DisabledOptimizers, ",")
 	}
 	for k, v := range config {
 		ck, cv := C.CString(k), C.CString(v)

@@ -224,8 +224,16 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	if err != nil {
 		return nil, err
 	}
+	forward := len(g.Nodes)
 	grads, err := autodiff.Gradients(g, loss.Name, trainable, "grad/")
 	if err != nil {
+		return nil, err
+	}
+	keep := map[string]bool{loss.Name: true}
+	for _, o := range fwd.Outputs {
+		keep[o] = true
+	}
+	if _, err := autodiff.RecomputeCheap(g, forward, keep); err != nil {
 		return nil, err
 	}
 	g.AddInput(Reset, graph.Info{DType: ort.Bool, Known: true, Shape: []int64{}})

@@ -105,9 +105,9 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 	}
 	for _, n := range g.Nodes {
-		// The stop-gradient marker cuts here; so does any op of a domain
-		// other than ai.onnx and com.microsoft, which has no rule anyway.
-		if nonDiff[n.Op] || graph.IsStopGradient(n) || n.Domain != "" && n.Domain != "com.microsoft" {
+		// The stop-gradient marker cuts here; so does any op of another
+		// domain that has no rule.
+		if nonDiff[n.Op] || graph.IsStopGradient(n) || n.Domain != "" && n.Domain != "com.microsoft" && ruleFor(n) == nil {
 			continue
 		}
 		var from []string
@@ -150,7 +150,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 	}
 	for _, n := range path {
-		if _, ok := rules[n.Op]; !ok {
+		if ruleFor(n) == nil {
 			var ps []string
 			for _, in := range n.Inputs {
 				ps = append(ps, origin[in]...)
@@ -189,7 +189,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		for i, in := range n.Inputs {
 			need[i] = in != "" && active[in] && reach[in]
 		}
-		dx := rules[n.Op](b, n, dy, need)
+		dx := ruleFor(n)(b, n, dy, need)
 		if b.Err != nil {
 			return nil, fmt.Errorf("autodiff: gradient of %s: %w", n.Describe(), b.Err)
 		}
@@ -210,6 +210,15 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 	return out, b.Err
 }
 
+// ruleFor returns the rule for n's op, nil if there is none. ai.onnx and
+// com.microsoft ops are found by op type, ortrain's own by "ortrain.Op".
+func ruleFor(n *graph.Node) Rule {
+	if n.Domain == graph.StopGradientDomain {
+		return rules[n.Domain+"."+n.Op]
+	}
+	return rules[n.Op]
+}
+
 func numel(s []int64) int64 {
 	p := int64(1)
 	for _, d := range s {
@@ -223,8 +232,8 @@ func numel(s []int64) int64 {
 // for none) for the inputs marked in need. It lets the import of ONNX
 // Runtime's training graphs lower their *Grad ops through the same rules.
 func Backward(b *graph.Builder, n *graph.Node, dy []string, need []bool) ([]string, error) {
-	r, ok := rules[n.Op]
-	if !ok {
+	r := ruleFor(n)
+	if r == nil {
 		return nil, &NoRuleError{Op: n.Op, Node: n.Name}
 	}
 	dx := r(b, n, dy, need)

@@ -122,6 +122,8 @@ var rules = map[string]Rule{
 	"MaxPool":            maxPoolGrad,
 	"AveragePool":        avgPoolGrad,
 	"BatchNormalization": batchNormGrad,
+
+	graph.StopGradientDomain + "." + graph.BatchNormTrainingOp: batchNormTrainingGrad,
 }
 
 func x(n *N) string { return n.Inputs[0] }

@@ -105,12 +105,14 @@ var ruleCases = []fdCase{
 	{name: "GlobalAveragePool/3d", dtype: f32, ins: ins(normal, s(2, 2, 3, 3, 2)), build: op("GlobalAveragePool")},
 	{name: "BatchNormalization/inference", dtype: f64, ins: []in{{shape: s(2, 3, 2, 2)}, {shape: s(3)}, {shape: s(3)}, {shape: s(3), fixed: true}, {shape: s(3), g: positive, fixed: true}},
 		build: op("BatchNormalization")},
-	{name: "BatchNormalization/training-2d", dtype: f64, trainBN: true, ins: []in{{shape: s(3, 2, 2, 2)}, {shape: s(2)}, {shape: s(2)}, {shape: s(2), fixed: true}, {shape: s(2), g: positive, fixed: true}},
+	{name: "ortrain.BatchNormTraining/training-2d", dtype: f64, trainBN: true, ins: []in{{shape: s(3, 2, 2, 2)}, {shape: s(2)}, {shape: s(2)}, {shape: s(2), fixed: true}, {shape: s(2), g: positive, fixed: true}},
 		build: func(b *graph.Builder, x []string) string {
 			return b.OpN("BatchNormalization", x, 3, ai("training_mode", 1))[0]
 		}},
-	{name: "BatchNormalization/training-1d-features", dtype: f64, trainBN: true, ins: []in{{shape: s(4, 3)}, {shape: s(3)}, {shape: s(3)}, {shape: s(3), fixed: true}, {shape: s(3), g: positive, fixed: true}},
+	{name: "ortrain.BatchNormTraining/training-1d-features", dtype: f64, trainBN: true, ins: []in{{shape: s(4, 3)}, {shape: s(3)}, {shape: s(3)}, {shape: s(3), fixed: true}, {shape: s(3), g: positive, fixed: true}},
 		build: op("BatchNormalization")},
+	{name: "ortrain.BatchNormTraining/training-3d", dtype: f64, trainBN: true, ins: []in{{shape: s(2, 3, 2, 3, 2)}, {shape: s(3)}, {shape: s(3)}, {shape: s(3), fixed: true}, {shape: s(3), g: positive, fixed: true}},
+		build: op("BatchNormalization", af("epsilon", 1e-3))},
 }
 
 func TestRulesAgainstFiniteDifferences(t *testing.T) {

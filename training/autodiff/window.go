@@ -342,20 +342,51 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 	return dx
 }
 
+// batchNormTrainingGrad differentiates BatchNormTraining: normalisation by
+// the batch's own mean μ and variance σ² (inputs 3 and 4, computed from X
+// by TrainingBatchNorm): the normalisations' shared backward (rules_norm.go)
+// over all axes but channels, which accounts for the statistics' own
+// dependence on X. x̂ is recomputed here from X,
+// so the forward keeps only X and the per-channel statistics; the
+// statistics themselves get no gradient, this formula accounts for them.
+func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
+	dx := make([]string, len(n.Inputs))
+	if dy[0] == "" {
+		return dx
+	}
+	r := b.Info(x(n)).Rank()
+	bc := append([]int64{0}, spatialAxes(r)...)
+	u := func(v string) string { return b.Unsqueeze(v, bc...) }
+	g := dy[0]
+	invstd := b.Div(b.ScalarLike(g, 1), b.Sqrt(b.Add(u(n.Inputs[4]), b.ScalarLike(g, n.Float("epsilon", 1e-5)))))
+	xhat := b.Mul(b.Sub(x(n), u(n.Inputs[3])), invstd)
+	if need[0] {
+		dx[0] = normInputGrad(b, xhat, invstd, b.Mul(g, u(n.Inputs[1])), bc)
+	}
+	if need[1] {
+		dx[1] = b.ReduceSum(b.Mul(g, xhat), false, bc...)
+	}
+	if need[2] {
+		dx[2] = b.ReduceSum(g, false, bc...)
+	}
+	return dx
+}
+
 // BufferUpdate pairs a buffer input (a running statistic) with the value
 // holding its new contents after a training step.
 type BufferUpdate struct {
 	Buffer, Out string
 }
 
-// TrainingBatchNorm rewrites every BatchNormalization node into elementary
-// ops computing it in training mode: normalising with the batch's mean and
-// (biased) variance, and updating the running statistics as
+// TrainingBatchNorm rewrites every BatchNormalization node into training
+// mode: the batch's mean and (biased) variance are computed with
+// elementary ops and fed to a BatchNormTraining node (a BatchNormalization
+// whose gradient rule knows its statistics are its input's, see
+// batchNormTrainingGrad), and the running statistics are updated as
 // running*momentum + batch*(1-momentum), with the variance unbiased as
 // PyTorch does, since the models and recipes ortrain trains come from
-// PyTorch. Differentiating the elementary ops gives the exact batch-norm
-// gradient, mean and variance paths included, without a dedicated kernel
-// (stock ONNX Runtime has no training-mode BatchNormalization gradient).
+// PyTorch. Stock ONNX Runtime has no training-mode BatchNormalization
+// gradient; this form needs none, and its backward holds only the input.
 // outName names the value each running statistic's update is written to.
 func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]BufferUpdate, error) {
 	var ups []BufferUpdate
@@ -375,25 +406,26 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 			return nil, graph.Errorf("BatchNormalization %q: input rank unknown", n.Name)
 		}
 		axes := append([]int64{0}, spatialAxes(xi.Rank())...)
-		u := func(v string) string { return b.Unsqueeze(v, axes...) }
 		dt := xi.DType
 		mean := b.ReduceMean(x(n), true, axes...)
 		d := b.Sub(x(n), mean)
 		v := b.ReduceMean(b.Mul(d, d), true, axes...)
-		invstd := b.Div(b.Scalar(dt, 1), b.Sqrt(b.Add(v, b.Scalar(dt, n.Float("epsilon", 1e-5)))))
-		b.OpInto(y(n), "Add", []string{b.Mul(b.Mul(d, invstd), u(n.Inputs[1])), u(n.Inputs[2])})
+		flatMean, flatVar := b.Reshape(mean, b.Ints(-1)), b.Reshape(v, b.Ints(-1))
+		g.Domains[graph.StopGradientDomain] = 1
+		g.AddNode(&graph.Node{Op: graph.BatchNormTrainingOp, Domain: graph.StopGradientDomain, Name: g.Fresh(n.Name),
+			Inputs:  []string{x(n), n.Inputs[1], n.Inputs[2], flatMean, flatVar},
+			Outputs: []string{y(n)}, Attrs: []*graph.Attr{graph.AFloat("epsilon", n.Float("epsilon", 1e-5))}})
 
 		mom := n.Float("momentum", 0.9)
 		cnt := b.Numel(x(n), dt, axes...)
-		unbiased := b.Mul(v, b.Div(cnt, b.Sub(cnt, b.Scalar(dt, 1))))
-		for i, stat := range []string{mean, unbiased} {
+		unbiased := b.Mul(flatVar, b.Div(cnt, b.Sub(cnt, b.Scalar(dt, 1))))
+		for i, stat := range []string{flatMean, unbiased} {
 			buf := n.Inputs[3+i]
 			if seen[buf] {
 				return nil, graph.Errorf("running statistic %q feeds two BatchNormalization nodes", buf)
 			}
 			seen[buf] = true
-			flat := b.Reshape(stat, b.Ints(-1))
-			out := b.OpInto(outName(buf), "Add", []string{b.Mul(buf, b.Scalar(dt, mom)), b.Mul(flat, b.Scalar(dt, 1-mom))})
+			out := b.OpInto(outName(buf), "Add", []string{b.Mul(buf, b.Scalar(dt, mom)), b.Mul(stat, b.Scalar(dt, 1-mom))})
 			ups = append(ups, BufferUpdate{Buffer: buf, Out: out})
 		}
 		if b.Err != nil {

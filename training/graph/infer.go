@@ -32,7 +32,7 @@ func (g *Graph) infer(n *Node) {
 	switch n.Op {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
-		"BatchNormalization", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
+		"BatchNormalization", "BatchNormTraining", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
 		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign":
 		same()
 		if n.Op == "BatchNormalization" && len(n.Outputs) > 1 {

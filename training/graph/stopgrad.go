@@ -17,6 +17,15 @@ const (
 	StopGradientDomain = "ortrain"
 )
 
+// BatchNormTrainingOp, in the ortrain domain, is a BatchNormalization
+// whose mean and variance inputs are the batch statistics of its own
+// input X: training-mode normalisation in a form ONNX Runtime runs with
+// one kernel. Its gradient rule differentiates through the statistics, so
+// the backward pass keeps only X (as PyTorch does), not the centred and
+// normalised copies an elementary expansion would hold.
+// StripStopGradients lowers it to BatchNormalization.
+const BatchNormTrainingOp = "BatchNormTraining"
+
 // IsStopGradient reports whether n is the stop-gradient marker.
 func IsStopGradient(n *Node) bool {
 	return n.Op == StopGradientOp && n.Domain == StopGradientDomain
@@ -34,12 +43,16 @@ func (b *Builder) StopGradient(x string) string {
 }
 
 // StripStopGradients turns every stop-gradient marker into an Identity
-// (which ONNX Runtime folds away) and drops the ortrain domain import, so
+// (which ONNX Runtime folds away) and every BatchNormTraining into the
+// BatchNormalization it computes, and drops the ortrain domain import, so
 // that the graph runs on stock ONNX Runtime. Call it after autodiff.
 func (g *Graph) StripStopGradients() {
 	for _, n := range g.Nodes {
-		if IsStopGradient(n) {
+		switch {
+		case IsStopGradient(n):
 			n.Op, n.Domain = "Identity", ""
+		case n.Op == BatchNormTrainingOp && n.Domain == StopGradientDomain:
+			n.Op, n.Domain = "BatchNormalization", ""
 		}
 	}
 	delete(g.Domains, StopGradientDomain)

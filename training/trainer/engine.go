@@ -59,12 +59,15 @@ type engine struct {
 // initial weights and zero optimizer state there.
 func openEngine(dir string, m *artifacts.Manifest, opts ort.Options) (e *engine, err error) {
 	e = &engine{m: m}
+	// ONNX Runtime's memory pattern would add a whole-run block on top of
+	// the arena at the second step; one step's buffers are enough.
+	opts.DisableMemPattern = true
 	defer func() {
 		if err != nil {
 			e.close()
 		}
 	}()
-	open := func(file string) (*ort.Session, error) {
+	open := func(file string, opts ort.Options) (*ort.Session, error) {
 		path := filepath.Join(dir, file)
 		s, err := ort.NewSession(path, opts)
 		if err != nil {
@@ -72,13 +75,18 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options) (e *engine,
 		}
 		return s, nil
 	}
-	if e.train, err = open(artifacts.TrainingFile); err != nil {
+	// The training graph recomputes cheap forward values in its backward
+	// pass (autodiff.RecomputeCheap); common-subexpression elimination
+	// would merge them back and keep the forward copies alive.
+	trainOpts := opts
+	trainOpts.DisabledOptimizers = append(slices.Clone(opts.DisabledOptimizers), "CommonSubexpressionElimination")
+	if e.train, err = open(artifacts.TrainingFile, trainOpts); err != nil {
 		return e, err
 	}
-	if e.op, err = open(artifacts.OptimizerFile); err != nil {
+	if e.op, err = open(artifacts.OptimizerFile, opts); err != nil {
 		return e, err
 	}
-	if e.eval, err = open(artifacts.EvalFile); err != nil {
+	if e.eval, err = open(artifacts.EvalFile, opts); err != nil {
 		return e, err
 	}
 	if err := e.allocState(); err != nil {
