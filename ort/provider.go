@@ -40,8 +40,6 @@ type Options struct {
 	// CommonSubexpressionElimination, which would merge the backward
 	// pass's recomputations back into the forward values they replace.
 	DisabledOptimizers []string
-	FixedDims          map[string]int64
-	OptimizationLevel  int
 	// ProfilePrefix, when set, makes ONNX Runtime record every node's run
 	// time into <prefix>_<date>.json, written when the session closes: a
 	// Chrome trace (chrome://tracing, Perfetto).
