@@ -33,7 +33,10 @@ type Options struct {
 	// DisableOptimizations turns ONNX Runtime's graph rewrites off; for tests
 	// that compare kernels one by one.
 	DisableOptimizations bool
-	// DisableMemPattern turns off ONNX Runtime's memory pattern.
+	// DisableMemPattern turns off ONNX Runtime's memory pattern: with
+	// symbolic dimensions it allocates, at the second run, the first run's
+	// buffers as one block on top of what the arena already holds
+	// (measured on a training graph: twice the memory).
 	DisableMemPattern bool
 	// DisabledOptimizers names ONNX Runtime graph rewrites to skip
 	// (optimization.disable_specified_optimizers), e.g.

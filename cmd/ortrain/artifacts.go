@@ -80,9 +80,20 @@ Example:
 			},
 			{
 				Name:      "inspect",
-				Usage:     "parameter count, graph inputs and outputs, ops, and ops without a kernel",
-				UsageText: "ortrain artifacts inspect DIR",
-				Action:    artifactsInspect,
+				Usage:     "parameter count, graph inputs and outputs, ops, and ops without a kernel; with --memory, where a training step's memory goes",
+				UsageText: "ortrain artifacts inspect [--memory --batch N] DIR",
+				Description: `--memory replays the training graph in ONNX Runtime's execution order at
+batch N and prints the activation memory at the peak of a step, which values
+make it up (largest first, by producing node), and the training state.
+
+Examples:
+   ortrain artifacts inspect artifacts/
+   ortrain artifacts inspect --memory --batch 32 artifacts/`,
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "memory", Usage: "attribute a training step's peak memory to the values and nodes that hold it"},
+					&cli.IntFlag{Name: "batch", Value: 1, Usage: "batch size for --memory"},
+				},
+				Action: artifactsInspect,
 			},
 		},
 	}
@@ -131,6 +142,17 @@ func optimizerFlags(c *cli.Context) optim.Config {
 func artifactsInspect(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usageError{fmt.Errorf("artifacts inspect takes one artifact directory, got %d arguments", c.NArg())}
+	}
+	if c.Bool("memory") {
+		if c.Int("batch") < 1 {
+			return usageError{fmt.Errorf("artifacts inspect: --batch must be >= 1")}
+		}
+		r, err := artifacts.Memory(c.Args().First(), int64(c.Int("batch")))
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(c.App.Writer, r.String())
+		return nil
 	}
 	if err := loadORT(c, ""); err != nil {
 		return err

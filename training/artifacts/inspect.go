@@ -1,13 +1,16 @@
 package artifacts
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/memplan"
 )
 
 // GraphReport describes one graph of an artifact set.
@@ -115,6 +118,103 @@ func (r Report) String() string {
 		}
 		slices.Sort(ops)
 		fmt.Fprintf(&b, "  ops: %s\n  CPU kernels: %s\n  CUDA kernels: %s\n", strings.Join(ops, " "), g.CPU, g.CUDA)
+	}
+	return b.String()
+}
+
+// MemoryReport is the predicted activation memory of a training step.
+type MemoryReport struct {
+	Batch int64
+	*memplan.Report
+	// State is the bytes the engine keeps on the device for the whole run:
+	// parameters, gradient accumulators and optimizer states (each twice,
+	// for the ping-pong buffers), buffers and frozen parameters.
+	State int64
+}
+
+// Memory replays the training graph of the artifacts in dir at the given
+// batch size (memplan): the intermediate values live at the peak of a
+// step, beside the training state.
+func Memory(dir string, batch int64) (*MemoryReport, error) {
+	m, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	g, err := graph.Load(filepath.Join(dir, TrainingFile))
+	if err != nil {
+		return nil, err
+	}
+	dims := map[string]int64{"": batch}
+	for _, d := range m.Data {
+		if len(d.Symbolic) > 0 && d.Symbolic[0] != "" {
+			dims[d.Symbolic[0]] = batch
+		}
+	}
+	c, err := memplan.Concrete(g, dims)
+	if err != nil {
+		return nil, &Error{fmt.Sprintf("%s: %v (only the batch dimension may be symbolic)", dir, err)}
+	}
+	bytesOf := func(t Tensor) int64 {
+		dt, err := ort.ParseDType(t.DType)
+		if err != nil {
+			return 0
+		}
+		return ort.Numel(t.Shape) * int64(dt.Size())
+	}
+	state := map[string]bool{}
+	r := &MemoryReport{Batch: batch}
+	shapes := map[string]Tensor{}
+	for _, p := range m.Params {
+		state[p.Name] = true
+		shapes[p.Name] = p
+		r.State += 2 * bytesOf(p)
+	}
+	for _, p := range m.Frozen {
+		state[p.Name] = true
+		r.State += bytesOf(p)
+	}
+	for _, gr := range m.Gradients {
+		state[gr.Acc], state[gr.Out] = true, true
+		r.State += 2 * bytesOf(shapes[gr.Param])
+	}
+	for _, s := range m.Optimizer.States {
+		r.State += 2 * bytesOf(shapes[s.Param])
+	}
+	for _, b := range m.Buffers {
+		state[b.Name], state[b.Out] = true, true
+		r.State += 2 * max(0, ort.Numel(c.Info(b.Name).Shape)*int64(c.Info(b.Name).DType.Size()))
+	}
+	r.Report = memplan.Replay(c, state)
+	return r, nil
+}
+
+// String lists the peak and the values that make it, the largest first,
+// grouped by the op producing them.
+func (r *MemoryReport) String() string {
+	var b strings.Builder
+	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+	fmt.Fprintf(&b, "training step at batch %d, as ONNX Runtime orders it (graph-level: kernel workspaces and allocator overhead not included; `ortrain bench` measures):\n", r.Batch)
+	fmt.Fprintf(&b, "  activations at the peak  %s (%s per sample), while node %q runs (%d of %d)\n", mb(r.Peak), mb(r.Peak/max(r.Batch, 1)), r.PeakNode, r.PeakAt+1, len(r.Order))
+	fmt.Fprintf(&b, "  batch inputs             %s\n", mb(r.Inputs))
+	fmt.Fprintf(&b, "  training state           %s (parameters, gradients, optimizer state, buffers; double-buffered)\n", mb(r.State))
+	byOp := map[string]int64{}
+	for _, v := range r.Live {
+		byOp[v.Op] += v.Bytes
+	}
+	ops := slices.Collect(maps.Keys(byOp))
+	slices.SortFunc(ops, func(a, c string) int { return cmp.Compare(byOp[c], byOp[a]) })
+	b.WriteString("  live at the peak by producing op:\n")
+	for _, op := range ops {
+		if byOp[op] >= r.Peak/1000 {
+			fmt.Fprintf(&b, "    %-24s %s\n", op, mb(byOp[op]))
+		}
+	}
+	b.WriteString("  largest values live at the peak:\n")
+	for _, v := range r.Live[:min(len(r.Live), 15)] {
+		fmt.Fprintf(&b, "    %10s  %-20s %s (node %s)\n", mb(v.Bytes), v.Op, v.Name, v.Node)
+	}
+	if len(r.Unsized) > 0 {
+		fmt.Fprintf(&b, "  %d values of unknown size counted as 0, e.g. %s\n", len(r.Unsized), r.Unsized[0])
 	}
 	return b.String()
 }

@@ -41,3 +41,31 @@ func TestInspect(t *testing.T) {
 		t.Error("frozen fc2.bias has a gradient accumulator")
 	}
 }
+
+// TestMemory: the MLP's training state is its 128 trained values in four
+// bytes, twice each for the parameters, the gradients and AdamW's two
+// moments, plus the frozen fc2.bias once; the activations at the peak grow
+// with the batch, and the report names the largest.
+func TestMemory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a")
+	if _, err := artifacts.Build(artifacts.Options{Graph: mlp(rand.New(rand.NewPCG(5, 5))), Out: dir, Loss: "mse", Frozen: []string{"fc2.bias"}}); err != nil {
+		t.Fatal(err)
+	}
+	small, err := artifacts.Memory(dir, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := artifacts.Memory(dir, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(128*4*2*4 + 3*4); small.State != want {
+		t.Errorf("state %d bytes, want %d", small.State, want)
+	}
+	if small.Peak <= 0 || large.Peak < 8*small.Peak {
+		t.Errorf("peak %d bytes at batch 4, %d at 64: want positive and growing with the batch", small.Peak, large.Peak)
+	}
+	if s := large.String(); !strings.Contains(s, "activations at the peak") || !strings.Contains(s, large.Live[0].Name) {
+		t.Errorf("report:\n%s", s)
+	}
+}

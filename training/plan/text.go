@@ -23,7 +23,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	m := p.Model
 	row("model", "%s, %s parameters", m.Source, thousands(m.Params))
-	row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice); activations not included",
+	row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice); activations not included: `ortrain artifacts inspect --memory --batch N` replays a step",
 		data.FormatBytes(m.StateBytes), m.StateCopies, m.Optimizer)
 
 	d := p.Data
