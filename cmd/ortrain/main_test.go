@@ -29,6 +29,8 @@ func TestExitCodes(t *testing.T) {
 		{"a --set holding commas is one value", []string{"plan", "--preset", "quickstart", "--set", "optimizer.betas=[0.9,0.95]", "--set", "trainer.max_stpes=1"}, 2, "trainer.max_stpes"},
 		{"a required flag missing", []string{"artifacts", "build", "--out", filepath.Dir(missing)}, 2, `Required flag "model"`},
 		{"eval without inputs", []string{"eval"}, 2, "needs --checkpoint, or --input and --reference"},
+		{"bench of an unknown case", []string{"bench", "--case", "mlp"}, 2, `unknown case "mlp"`},
+		{"memory at batch 0", []string{"artifacts", "inspect", "--memory", "--batch", "0", filepath.Dir(missing)}, 2, "--batch must be >= 1"},
 		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},
 	}
 	orttest.Init(t)
