@@ -154,35 +154,32 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 	if err != nil {
 		return nil, &Error{fmt.Sprintf("%s: %v (only the batch dimension may be symbolic)", dir, err)}
 	}
-	bytesOf := func(t Tensor) int64 {
-		dt, err := ort.ParseDType(t.DType)
-		if err != nil {
-			return 0
-		}
-		return ort.Numel(t.Shape) * int64(dt.Size())
+	// State tensors are training-graph inputs (optimizer states take their
+	// parameter's shape); all are double-buffered but frozen parameters.
+	size := func(v string) int64 {
+		info := c.Info(v)
+		return ort.Numel(info.Shape) * int64(info.DType.Size())
 	}
 	state := map[string]bool{}
 	r := &MemoryReport{Batch: batch}
-	shapes := map[string]Tensor{}
 	for _, p := range m.Params {
 		state[p.Name] = true
-		shapes[p.Name] = p
-		r.State += 2 * bytesOf(p)
+		r.State += 2 * size(p.Name)
 	}
 	for _, p := range m.Frozen {
 		state[p.Name] = true
-		r.State += bytesOf(p)
+		r.State += size(p.Name)
 	}
 	for _, gr := range m.Gradients {
 		state[gr.Acc], state[gr.Out] = true, true
-		r.State += 2 * bytesOf(shapes[gr.Param])
+		r.State += 2 * size(gr.Acc)
 	}
-	for _, s := range m.Optimizer.States {
-		r.State += 2 * bytesOf(shapes[s.Param])
+	for _, st := range m.Optimizer.States {
+		r.State += 2 * size(st.Param)
 	}
 	for _, b := range m.Buffers {
 		state[b.Name], state[b.Out] = true, true
-		r.State += 2 * max(0, ort.Numel(c.Info(b.Name).Shape)*int64(c.Info(b.Name).DType.Size()))
+		r.State += 2 * size(b.Name)
 	}
 	r.Report = memplan.Replay(c, state)
 	return r, nil

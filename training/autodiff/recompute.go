@@ -44,14 +44,14 @@ func RecomputeCheap(g *graph.Graph, forward int, keep map[string]bool) ([]string
 	}
 	// saved: forward values the backward reads, in forward order.
 	isSaved := map[string]bool{}
-	var saved []string
 	for _, n := range g.Nodes[forward:] {
 		for _, in := range n.Inputs {
-			if p := prod[in]; p != nil && !isSaved[in] {
+			if prod[in] != nil {
 				isSaved[in] = true
 			}
 		}
 	}
+	var saved []string
 	for _, n := range g.Nodes[:forward] {
 		for _, o := range n.Outputs {
 			if isSaved[o] {
@@ -79,25 +79,22 @@ func RecomputeCheap(g *graph.Graph, forward int, keep map[string]bool) ([]string
 			return false
 		}
 		for _, in := range p.Inputs {
-			if in == v || !available(in, depth-1) {
+			if !available(in, depth-1) {
 				return false
 			}
 		}
 		return true
 	}
 	for _, v := range saved {
-		if keep[v] || !recomputable(v, recomputeDepth) {
-			continue
+		if !keep[v] && recomputable(v, recomputeDepth) {
+			dropped[v] = true
 		}
-		dropped[v] = true
 	}
 	if len(dropped) == 0 {
 		return nil, nil
 	}
 	// Emit the recomputations in forward order, each reading the others'
 	// copies, and point the backward at them.
-	clone := map[string]string{}
-	var order []*graph.Node
 	need := map[string]bool{}
 	var mark func(v string)
 	mark = func(v string) {
@@ -114,12 +111,14 @@ func RecomputeCheap(g *graph.Graph, forward int, keep map[string]bool) ([]string
 	for v := range dropped {
 		mark(v)
 	}
+	var order []*graph.Node
 	for _, n := range g.Nodes[:forward] {
 		if len(n.Outputs) == 1 && need[n.Outputs[0]] {
 			order = append(order, n)
 		}
 	}
 	backward := slices.Clone(g.Nodes[forward:])
+	clone := map[string]string{}
 	for _, n := range order {
 		c := n.Clone()
 		c.Name = g.Fresh(n.Name + "/recompute")

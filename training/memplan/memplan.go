@@ -9,7 +9,7 @@
 // with them, as ONNX Runtime's planner lets them. The peak is the largest
 // sum of live values while a node runs, its inputs and outputs both held.
 //
-// What it leaves out, and the probe in training/memprobe measures: kernel
+// What it leaves out, and `ortrain bench` (training/bench) measures: kernel
 // workspaces (im2col on the CPU, cuDNN's on the GPU), allocator rounding and
 // fragmentation, and rewrites ONNX Runtime applies when it loads the graph.
 package memplan
@@ -43,12 +43,10 @@ type Report struct {
 	Live []Value
 	// Order is the execution order replayed.
 	Order []*graph.Node
-	// Live bytes while each node of Order runs (its inputs and outputs held).
-	During []int64
 	// Unsized lists values whose size could not be inferred (counted as 0).
 	Unsized []string
-	// Inputs is the bytes of the graph inputs that are not in Exclude:
-	// the batch, for a training graph.
+	// Inputs is the bytes of the graph inputs not excluded: the batch, for
+	// a training graph.
 	Inputs int64
 }
 
@@ -56,12 +54,11 @@ type Report struct {
 var views = map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true, "Identity": true}
 
 // inPlace are element-wise ops whose CPU and CUDA kernels let ONNX
-// Runtime's planner put the output in the buffer of input 0 (or, for the
-// binary ones, either input) when that input dies at the node and has the
-// output's size.
+// Runtime's planner put the output in the buffer of input 0 when that
+// input dies at the node and has the output's size.
 var inPlace = map[string]bool{
 	"Relu": true, "Neg": true, "Exp": true, "Log": true, "Sqrt": true, "Sigmoid": true, "Tanh": true, "Abs": true,
-	"Add": true, "Sub": true, "Mul": true, "Div": true, "Where": false, "Cast": false,
+	"Add": true, "Sub": true, "Mul": true, "Div": true,
 }
 
 // Concrete returns a copy of g whose symbolic input dimensions take the
@@ -109,11 +106,7 @@ type buffer struct {
 // caller binds: parameters, accumulators and their outputs) are not
 // counted.
 func Replay(g *graph.Graph, exclude map[string]bool) *Report {
-	return ReplayOrder(g, Order(g), exclude)
-}
-
-// ReplayOrder is Replay with the execution order given.
-func ReplayOrder(g *graph.Graph, order []*graph.Node, exclude map[string]bool) *Report {
+	order := Order(g)
 	r := &Report{Order: order}
 	size := func(v string) int64 {
 		info := g.Info(v)
@@ -179,7 +172,6 @@ func ReplayOrder(g *graph.Graph, order []*graph.Node, exclude map[string]bool) *
 				live[b] = true
 			}
 		}
-		r.During = append(r.During, cur)
 		if cur > r.Peak {
 			r.Peak, r.PeakNode, r.PeakAt = cur, n.Name, i
 			r.Live = r.Live[:0]
