@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/ortimport"
 )
@@ -37,6 +39,7 @@ Examples:
 					&cli.StringSliceFlag{Name: "trainable", Usage: "glob over initializer names: only these train (repeatable)"},
 					&cli.StringSliceFlag{Name: "frozen", Usage: "glob over initializer names that never train; wins over --trainable (repeatable)"},
 					&cli.StringSliceFlag{Name: "stop-gradient", Usage: "a tensor no gradient flows back through, as .detach() would (repeatable)"},
+					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
 					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)"},
 					&cli.Float64Flag{Name: "weight-decay", Usage: "decoupled (adamw) or L2 (sgd) weight decay"},
@@ -112,6 +115,7 @@ func artifactsBuild(c *cli.Context) error {
 		Trainable:      c.StringSlice("trainable"),
 		Frozen:         c.StringSlice("frozen"),
 		StopGradient:   c.StringSlice("stop-gradient"),
+		Recompute:      c.String("recompute"),
 		Optimizer:      optimizerFlags(c),
 	})
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/bench"
 )
 
@@ -30,12 +32,14 @@ Cases: ` + strings.Join(names, ", ") + `.
 
 Examples:
    ortrain bench --torch
-   ortrain bench --case resnet50 --torch`,
+   ortrain bench --case resnet50 --torch
+   ortrain bench --case bd3lm --recompute blocks`,
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "case", Usage: "a case to run (repeatable); default all"},
 			&cli.BoolFlag{Name: "torch", Usage: "also run the PyTorch twin"},
 			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "interpreter with PyTorch, for --torch"},
 			&cli.IntFlag{Name: "steps", Value: 2, Usage: "training steps per process"},
+			&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "ortrain's model.recompute: " + strings.Join(autodiff.RecomputePolicies, ", ")},
 		},
 		Action: benchAction,
 	}
@@ -65,7 +69,10 @@ func benchAction(c *cli.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	o := bench.Options{Ortrain: self, Steps: c.Int("steps"), Dir: dir, Log: c.App.ErrWriter}
+	if !slices.Contains(autodiff.RecomputePolicies, c.String("recompute")) {
+		return usageError{fmt.Errorf("bench: --recompute %q is not one of %s", c.String("recompute"), strings.Join(autodiff.RecomputePolicies, ", "))}
+	}
+	o := bench.Options{Ortrain: self, Steps: c.Int("steps"), Dir: dir, Log: c.App.ErrWriter, Recompute: c.String("recompute")}
 	if c.Bool("torch") {
 		o.Python = c.String("python")
 		o.Script = filepath.Join(filepath.Dir(filepath.Dir(self)), "models", "pytorch", "bench_memory.py")

@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/autodiff"
@@ -36,6 +37,9 @@ type Options struct {
 	// back through, as if the model had stop_gradient(x) there: the fix
 	// for models exported with .detach(), which leaves no trace in ONNX.
 	StopGradient []string
+	// Recompute (--recompute) is what the backward pass recomputes rather
+	// than keeps (autodiff.RecomputePolicies); "" is the default, cheap.
+	Recompute string
 }
 
 // Error is a build request ortrain rejects.
@@ -54,6 +58,12 @@ func Build(opts Options) (*Manifest, error) {
 	}
 	if ents, err := os.ReadDir(opts.Out); err == nil && len(ents) > 0 && !opts.Overwrite {
 		return nil, &Error{fmt.Sprintf("%s exists and is not empty; choose another --out or allow overwriting", opts.Out)}
+	}
+	if opts.Recompute == "" {
+		opts.Recompute = autodiff.RecomputeCheap
+	}
+	if !slices.Contains(autodiff.RecomputePolicies, opts.Recompute) {
+		return nil, &Error{fmt.Sprintf("recompute %q is not one of %s", opts.Recompute, strings.Join(autodiff.RecomputePolicies, ", "))}
 	}
 	g := opts.Graph
 	if g == nil {
@@ -100,7 +110,8 @@ func Build(opts Options) (*Manifest, error) {
 	m := &Manifest{Format: "ortrain.artifacts", FormatVersion: FormatVersion, OrtrainVersion: Version, Opset: g.Opset,
 		Files: map[string]string{"training": TrainingFile, "eval": EvalFile, "optimizer": OptimizerFile, "weights": WeightsFile},
 		Reset: Reset, Loss: loss.Name, LossSpec: spec, Outputs: slices.Clone(g.Outputs),
-		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"}}
+		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"},
+		Recompute: opts.Recompute}
 	var weights []safetensors.Tensor
 	var params []optim.Param
 	var trainable []string
@@ -233,7 +244,11 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	for _, o := range fwd.Outputs {
 		keep[o] = true
 	}
-	if _, err := autodiff.RecomputeCheap(g, forward, keep); err != nil {
+	data := map[string]bool{}
+	for _, d := range m.Data {
+		data[d.Name] = true
+	}
+	if _, err := autodiff.Recompute(g, forward, keep, data, m.Recompute); err != nil {
 		return nil, err
 	}
 	g.AddInput(Reset, graph.Info{DType: ort.Bool, Known: true, Shape: []int64{}})
@@ -260,7 +275,15 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	}
 	g.Prune()
 	g.StripStopGradients()
-	return g, g.Sort()
+	if err := g.Sort(); err != nil {
+		return nil, err
+	}
+	first := []string{loss.Name}
+	for _, u := range ups {
+		first = append(first, u.Out)
+	}
+	g.RunFirst(append(first, fwd.Outputs...))
+	return g, nil
 }
 
 // evalGraph: forward with BatchNorm reading its running statistics, and the

@@ -112,6 +112,9 @@ type Manifest struct {
 	Optimizer      Optimizer         `json:"optimizer"`
 	Precision      Precision         `json:"precision"`
 	Parallel       Parallel          `json:"parallel"`
+	// Recompute is the policy the training graph was built with: which
+	// forward values its backward recomputes (autodiff.RecomputePolicies).
+	Recompute string `json:"recompute,omitempty"`
 	// Notes records assumptions the graphs bake in (fixed sizes...).
 	Notes []string `json:"notes,omitempty"`
 }

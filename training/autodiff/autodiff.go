@@ -161,6 +161,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 	}
 
 	b := graph.NewBuilder(g, prefix)
+	backward := len(g.Nodes)
 	grads := map[string][]string{}
 	if active[loss] {
 		one, err := graph.Floats("", li.DType, li.Shape, []float64{1})
@@ -207,7 +208,204 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 			out[w] = b.ZerosLike(w)
 		}
 	}
+	foldExpands(g, backward, out)
+	fullOperandFirst(g, backward)
+	earliestContributionLast(g, backward)
 	return out, b.Err
+}
+
+// earliestContributionLast reorders the backward nodes (from index first
+// on) so that the nodes computing each contribution to a gradient sum,
+// and only it, sit just before the Sum, the earliest contribution last.
+// ONNX Runtime's default order walks a node's producers depth-first, the
+// one latest in the file first (see memplan.Order): a weight shared by
+// the input embedding and the output head would otherwise get its head
+// contribution computed after the whole backward pass, which keeps the
+// logits' gradient alive until then. The order stays topological.
+func earliestContributionLast(g *graph.Graph, first int) {
+	readers := map[string][]*graph.Node{}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			readers[in] = append(readers[in], n)
+		}
+	}
+	outputs := map[string]bool{}
+	for _, o := range g.Outputs {
+		outputs[o] = true
+	}
+	prod := map[string]*graph.Node{}
+	for _, n := range g.Nodes[first:] {
+		for _, o := range n.Outputs {
+			prod[o] = n
+		}
+	}
+	moved := map[*graph.Node]bool{}
+	chains := map[*graph.Node][][]*graph.Node{} // per Sum, per contribution
+	for _, s := range g.Nodes[first:] {
+		if s.Op != "Sum" || s.Domain != "" {
+			continue
+		}
+		for _, c := range s.Inputs {
+			chain := map[*graph.Node]bool{}
+			var add func(v string)
+			add = func(v string) {
+				p := prod[v]
+				if p == nil || p.Op == "Sum" || chain[p] || moved[p] {
+					return
+				}
+				for _, o := range p.Outputs {
+					if outputs[o] {
+						return
+					}
+					for _, r := range readers[o] {
+						if r != s && !chain[r] {
+							return
+						}
+					}
+				}
+				chain[p] = true
+				for _, in := range p.Inputs {
+					add(in)
+				}
+			}
+			add(c)
+			var nodes []*graph.Node
+			for _, n := range g.Nodes[first:] {
+				if chain[n] {
+					nodes = append(nodes, n)
+					moved[n] = true
+				}
+			}
+			chains[s] = append(chains[s], nodes)
+		}
+	}
+	if len(moved) == 0 {
+		return
+	}
+	order := slices.Clone(g.Nodes[:first])
+	for _, n := range g.Nodes[first:] {
+		if moved[n] {
+			continue
+		}
+		cs := chains[n]
+		for i := len(cs) - 1; i >= 0; i-- {
+			order = append(order, cs[i]...)
+		}
+		order = append(order, n)
+	}
+	g.Nodes = order
+}
+
+// fullOperandFirst swaps the operands of the backward's Mul and Add nodes
+// (from index first on) whose first operand is broadcast and whose second
+// already has the result's shape. ONNX Runtime may write an element-wise
+// result over its first input when that input dies there, so the product
+// of a gradient with a forward value that dies at it (Exp's output times
+// the broadcast gradient of its sum) then needs no new buffer. Both ops
+// commute exactly in floating point.
+func fullOperandFirst(g *graph.Graph, first int) {
+	// smaller reports whether v is provably smaller than the result of shape out.
+	smaller := func(v graph.Info, out graph.Info) bool {
+		if !v.Known || !out.Known {
+			return false
+		}
+		if v.Rank() < out.Rank() {
+			return true
+		}
+		for i, d := range v.Shape {
+			if d == 1 && out.Shape[i] != 1 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, n := range g.Nodes[first:] {
+		if (n.Op != "Mul" && n.Op != "Add") || n.Domain != "" || len(n.Inputs) != 2 {
+			continue
+		}
+		out := g.Info(n.Outputs[0])
+		a, c := g.Info(n.Inputs[0]), g.Info(n.Inputs[1])
+		if smaller(a, out) && c.Known && c.Rank() == out.Rank() && !smaller(c, out) {
+			n.Inputs[0], n.Inputs[1] = n.Inputs[1], n.Inputs[0]
+		}
+	}
+}
+
+// broadcasting are the element-wise ops whose inputs broadcast.
+var broadcasting = map[string]bool{"Add": true, "Sub": true, "Mul": true, "Div": true}
+
+// foldExpands lets broadcasting do what an Expand in the backward nodes
+// (from index first on) would: when every reader of the Expand's output is
+// an element-wise op whose other operand already has the expanded shape
+// (it is the value whose shape the Expand takes, or both are the same
+// static shape), the readers take the Expand's input instead. A reduction's
+// gradient followed by the product with the reduced tensor (Exp's, a
+// softmax's) then no longer materialises a full-size copy of the gradient.
+// The results are the same numbers.
+func foldExpands(g *graph.Graph, first int, outputs map[string]string) {
+	readers := map[string][]*graph.Node{}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			readers[in] = append(readers[in], n)
+		}
+	}
+	prod := g.Producers()
+	kept := map[string]bool{}
+	for _, v := range outputs {
+		kept[v] = true
+	}
+	for _, o := range g.Outputs {
+		kept[o] = true
+	}
+	for _, e := range g.Nodes[first:] {
+		if e.Op != "Expand" || e.Domain != "" || len(readers[e.Outputs[0]]) == 0 || kept[e.Outputs[0]] {
+			continue
+		}
+		x, y := e.Inputs[0], e.Outputs[0]
+		xi, yi := g.Info(x), g.Info(y)
+		if !xi.Known || !yi.Known || xi.Rank() > yi.Rank() {
+			continue
+		}
+		// like is the value whose runtime shape e takes, when it is Shape(like).
+		like := ""
+		if p := prod[e.Inputs[1]]; p != nil && p.Op == "Shape" && len(p.Attrs) == 0 {
+			like = p.Inputs[0]
+		}
+		full := func(v string) bool {
+			if v == like {
+				return true
+			}
+			vi := g.Info(v)
+			return yi.Static() && vi.Known && vi.Static() && slices.Equal(vi.Shape, yi.Shape)
+		}
+		ok := true
+		for _, r := range readers[y] {
+			if !broadcasting[r.Op] || r.Domain != "" || len(r.Inputs) != 2 || r.Inputs[0] == r.Inputs[1] {
+				ok = false
+				break
+			}
+			other := r.Inputs[0]
+			if other == y {
+				other = r.Inputs[1]
+			}
+			if !full(other) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		for _, r := range readers[y] {
+			for i, in := range r.Inputs {
+				if in == y {
+					r.Inputs[i] = x
+				}
+			}
+		}
+		readers[x] = append(readers[x], readers[y]...)
+		readers[y] = nil
+	}
 }
 
 // ruleFor returns the rule for n's op, nil if there is none. ai.onnx and

@@ -47,7 +47,7 @@ func TestRecomputeCheapIsExact(t *testing.T) {
 		}
 		var dropped []string
 		if recompute {
-			if dropped, err = autodiff.RecomputeCheap(g, forward, map[string]bool{loss: true}); err != nil {
+			if dropped, err = autodiff.Recompute(g, forward, map[string]bool{loss: true}, nil, autodiff.RecomputeCheap); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -109,5 +109,192 @@ func TestRecomputeCheapIsExact(t *testing.T) {
 		if !slices.Contains(ops, op) {
 			t.Errorf("the %s output is still kept for the backward; recomputed: %s", op, strings.Join(ops, " "))
 		}
+	}
+}
+
+// TestRecomputeBlocksIsExact: a residual stack (pre-norm MLP blocks, as a
+// transformer's) gives bit-identical gradients under every policy; with
+// blocks the backward keeps none of the blocks' insides, only values
+// on the residual stream, and never a Dropout's output (a second draw
+// would differ).
+func TestRecomputeBlocksIsExact(t *testing.T) {
+	orttest.Init(t)
+	const layers, d, f = 6, 8, 32
+	shapes := map[string][]int64{"x": {4, 5, d}}
+	order := []string{"x"}
+	for l := range layers {
+		for _, p := range []struct {
+			name  string
+			shape []int64
+		}{{"ls", s(d)}, {"lb", s(d)}, {"w1", s(d, f)}, {"w2", s(f, d)}} {
+			name := p.name + string(rune('0'+l))
+			shapes[name] = p.shape
+			order = append(order, name)
+		}
+	}
+	wrt := order
+	build := func(policy string) (*graph.Graph, []string, map[string]string) {
+		g := graph.New("stack", graph.EmitOpset)
+		for _, n := range order {
+			g.AddInput(n, graph.Info{DType: ort.Float32, Known: true, Shape: shapes[n]})
+		}
+		b := graph.NewBuilder(g, "fwd/")
+		h := "x"
+		producer := map[string]string{}
+		for l := range layers {
+			i := string(rune('0' + l))
+			u := b.LayerNorm(h, "ls"+i, "lb"+i, -1, 1e-5)
+			u = b.Gelu(b.MatMul(u, "w1"+i))
+			if l == 2 {
+				u = b.OpN("Dropout", []string{u, b.Scalar(ort.Float32, 0.0)}, 2)[0]
+				producer[u] = "Dropout"
+			}
+			h = b.Add(h, b.MatMul(u, "w2"+i))
+			producer[h] = "residual"
+		}
+		loss := b.ReduceSum(b.Mul(h, h), false)
+		forward := len(g.Nodes)
+		grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped, err := autodiff.Recompute(g, forward, map[string]bool{loss: true}, map[string]bool{"x": true}, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Outputs = []string{loss}
+		for _, w := range wrt {
+			g.Outputs = append(g.Outputs, grads[w])
+		}
+		g.Prune()
+		if err := g.Sort(); err != nil {
+			t.Fatal(err)
+		}
+		return g, dropped, producer
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	feed := map[string]*ort.Value{}
+	for _, n := range order {
+		feed[n] = tensor(t, ort.Float32, shapes[n], fill(r, normal, int(ort.Numel(shapes[n]))))
+		defer feed[n].Close()
+	}
+	run := func(g *graph.Graph) [][]float64 {
+		m, err := g.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, err := ort.NewSessionFromBytes(m, ort.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		outs, err := sess.Run(feed, g.Outputs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res [][]float64
+		for _, o := range outs {
+			res = append(res, values(o))
+			o.Close()
+		}
+		return res
+	}
+	plain, _, _ := build(autodiff.RecomputeNone)
+	want := run(plain)
+	for _, policy := range autodiff.RecomputePolicies {
+		g, dropped, producer := build(policy)
+		got := run(g)
+		for i := range want {
+			if !slices.Equal(want[i], got[i]) {
+				t.Errorf("%s: output %s differs from the plain build's", policy, plain.Outputs[i])
+			}
+		}
+		if policy != autodiff.RecomputeBlocks {
+			continue
+		}
+		// What the backward still reads from the forward pass.
+		fwd := map[string]bool{}
+		for _, n := range plain.Nodes {
+			if !strings.HasPrefix(n.Name, "grad/") {
+				fwd[n.Outputs[0]] = true
+			}
+		}
+		kept := map[string]bool{}
+		for _, n := range g.Nodes {
+			if strings.HasPrefix(n.Name, "grad/") {
+				for _, in := range n.Inputs {
+					if fwd[in] {
+						kept[in] = true
+					}
+				}
+			}
+		}
+		if len(dropped) == 0 {
+			t.Fatalf("blocks recomputed nothing")
+		}
+		for v := range kept {
+			if p := producer[v]; p == "" && g.Info(v).Rank() > 1 {
+				t.Errorf("blocks keeps %s, inside a block", v)
+			}
+		}
+		for v, p := range producer {
+			if p == "Dropout" && slices.Contains(dropped, v) {
+				t.Errorf("blocks recomputes the Dropout output %s", v)
+			}
+		}
+		if len(kept) > layers+1 { // a residual value per block, and the Dropout's
+			t.Errorf("blocks keeps %d forward values for %d blocks: %v", len(kept), layers, kept)
+		}
+	}
+}
+
+// TestBackwardLeanOnMemory: the backward of a sum over Exp (a logsumexp)
+// multiplies Exp's output by the sum's gradient broadcast, not by an
+// expanded copy, with the full-size operand first (where ONNX Runtime may
+// write in place); and a weight read twice (a tied embedding and output
+// head) gets the contribution computed first placed last before the Sum,
+// where ONNX Runtime's order reaches it first.
+func TestBackwardLeanOnMemory(t *testing.T) {
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("h", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2, 3, 4}})
+	g.AddInput("emb", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{10, 4}})
+	g.AddInput("ids", graph.Info{DType: ort.Int64, Known: true, Shape: []int64{2, 3}})
+	b := graph.NewBuilder(g, "fwd/")
+	x := b.Add("h", b.Op("Gather", []string{"emb", "ids"}, graph.AInt("axis", 0)))
+	logits := b.MatMul(x, b.Transpose("emb", 1, 0))
+	y := b.Exp(logits)
+	loss := b.ReduceSum(b.Log(b.ReduceSum(y, false, 2)), false)
+	forward := len(g.Nodes)
+	if _, err := autodiff.Gradients(g, loss, []string{"h", "emb"}, "grad/"); err != nil {
+		t.Fatal(err)
+	}
+	var sum *graph.Node
+	for _, n := range g.Nodes[forward:] {
+		if n.Op == "Expand" && g.Info(n.Outputs[0]).Rank() == 3 {
+			for _, m := range g.Nodes {
+				if slices.Contains(m.Inputs, n.Outputs[0]) {
+					t.Errorf("the backward expands a gradient to full size: %s, read by %s", n.Describe(), m.Describe())
+				}
+			}
+		}
+		if slices.Contains(n.Inputs, y) && n.Op == "Mul" && n.Inputs[0] != y {
+			t.Errorf("%s reads Exp's output as its second operand", n.Describe())
+		}
+		if n.Op == "Sum" {
+			sum = n
+		}
+	}
+	if sum == nil || len(sum.Inputs) != 2 {
+		t.Fatalf("no Sum of the embedding's two contributions")
+	}
+	at := map[string]int{}
+	for i, n := range g.Nodes {
+		for _, o := range n.Outputs {
+			at[o] = i
+		}
+	}
+	// The head's contribution (first made) is produced last before the Sum.
+	if head, gather := at[sum.Inputs[0]], at[sum.Inputs[1]]; head < gather || head != at[sum.Outputs[0]]-1 {
+		t.Errorf("contributions at %d (head) and %d (gather), Sum at %d", head, gather, at[sum.Outputs[0]])
 	}
 }

@@ -227,10 +227,27 @@ func matMulGrad(b *B, n *N, dy []string, need []bool) []string {
 			dx[0] = b.ReduceSumTo(b.MatMul(g, b.SwapLast(w)), a)
 		}
 		if need[1] {
-			dx[1] = b.ReduceSumTo(b.MatMul(b.SwapLast(a), g), w)
+			dx[1] = sharedWeightGrad(b, a, w, g)
+			if dx[1] == "" {
+				dx[1] = b.ReduceSumTo(b.MatMul(b.SwapLast(a), g), w)
+			}
 		}
 	}
 	return dx
+}
+
+// sharedWeightGrad is the gradient of a 2-D weight w that a batched MatMul
+// (a of rank ≥ 3, a linear layer over [B, L, k]) shares across the batch:
+// one Gemm over the flattened rows, aᵀ·g of [B·L, k] by [B·L, n]. The
+// batched product would materialise a [B, k, n] gradient per sample before
+// summing it, and a transposed copy of a. "" when the sizes are unknown.
+func sharedWeightGrad(b *B, a, w, g string) string {
+	wi := b.Info(w)
+	if wi.Rank() != 2 || b.Info(a).Rank() < 3 || !wi.Static() {
+		return ""
+	}
+	k, n := wi.Shape[0], wi.Shape[1]
+	return b.Op("Gemm", []string{b.Reshape(a, b.Ints(-1, k)), b.Reshape(g, b.Ints(-1, n))}, graph.AInt("transA", 1))
 }
 
 // gemmGrad: Y = alpha op(A) op(B) + beta C; the products are Gemms again,

@@ -74,6 +74,9 @@ type Options struct {
 	Script  string // models/pytorch/bench_memory.py
 	Steps   int
 	Dir     string    // scratch directory for runs
+	// Recompute is ortrain's model.recompute (autodiff.RecomputePolicies);
+	// "" is the default. The twin always keeps what eager PyTorch keeps.
+	Recompute string
 	Log     io.Writer // progress lines
 }
 
@@ -100,9 +103,13 @@ func Memory(c Case, o Options) (Result, error) {
 
 func ortrainPeak(c Case, batch int, o Options, i int) (int64, error) {
 	dir := filepath.Join(o.Dir, fmt.Sprintf("%s-%d", c.Name, i))
+	model := map[string]any{"recipe": c.Recipe, "params": c.Params}
+	if o.Recompute != "" {
+		model["recompute"] = o.Recompute
+	}
 	cfg := map[string]any{
 		"name": c.Name, "output_dir": filepath.Join(dir, "outputs"),
-		"model": map[string]any{"recipe": c.Recipe, "params": c.Params},
+		"model": model,
 		"data":  map[string]any{"kind": "synthetic", "batch_size": batch, "num_workers": 0},
 		"trainer": map[string]any{"device": "cpu", "max_steps": o.Steps, "precision": "32",
 			"checkpoint_every_n_steps": 0, "log_every_n_steps": 1},

@@ -59,6 +59,13 @@ type Model struct {
 	Trainable []string `toml:"trainable"`
 	// Frozen lists parameters (names or globs) kept fixed.
 	Frozen []string `toml:"frozen"`
+	// Recompute is what the training graph's backward pass recomputes
+	// instead of keeping from the forward pass: "cheap" (the default,
+	// stored as ""; element-wise ops and normalisations), "none", or
+	// "blocks" (activation checkpointing: only block boundaries kept, each
+	// block's forward run again in the backward; about a third more
+	// compute). Gradients are the same under every policy.
+	Recompute string `toml:"recompute,omitempty"`
 }
 
 // Data configures the data loaders ([data]).

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/autodiff"
 )
 
 // Resolve fills the values that depend on others and checks the whole
@@ -40,6 +41,12 @@ func (c *Config) Resolve() error {
 	}
 	if m.Loss == "" {
 		bad("model.loss", "must name the loss output")
+	}
+	if m.Recompute != "" {
+		oneOf("model.recompute", m.Recompute, autodiff.RecomputePolicies...)
+		if m.Artifacts != "" {
+			bad("model.recompute", "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) keep the policy they were built with (ortrain artifacts build --recompute)")
+		}
 	}
 	for _, t := range m.Trainable {
 		if slices.Contains(m.Frozen, t) {
@@ -246,5 +253,8 @@ func (c *Config) fill() {
 	}
 	if c.Trainer.Precision == "" {
 		c.Trainer.Precision = FP32
+	}
+	if c.Model.Recompute == autodiff.RecomputeCheap {
+		c.Model.Recompute = "" // the default, spelled as runs before the key hash
 	}
 }

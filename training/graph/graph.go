@@ -396,6 +396,33 @@ func (g *Graph) Prune() {
 	}
 }
 
+// RunFirst moves the nodes producing the given values to the end of the
+// node list, the first value's node last, when no other node reads what
+// they make. ONNX Runtime's default execution order walks the graph
+// depth-first from such leaf nodes, the one latest in the file first, so
+// they run before the other leaves, in the order given: a training graph's
+// loss and statistics updates are then computed with the forward pass
+// rather than after the whole backward pass, which would keep the values
+// they read alive to the end.
+func (g *Graph) RunFirst(values []string) {
+	read := map[string]bool{}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			read[in] = true
+		}
+	}
+	var moved []*Node
+	for i := len(values) - 1; i >= 0; i-- {
+		k := slices.IndexFunc(g.Nodes, func(n *Node) bool { return slices.Contains(n.Outputs, values[i]) })
+		if k < 0 || slices.Contains(moved, g.Nodes[k]) || slices.ContainsFunc(g.Nodes[k].Outputs, func(o string) bool { return read[o] }) {
+			continue
+		}
+		moved = append(moved, g.Nodes[k])
+	}
+	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *Node) bool { return slices.Contains(moved, n) })
+	g.Nodes = append(g.Nodes, moved...)
+}
+
 // Clone returns a deep copy of the graph.
 func (g *Graph) Clone() *Graph {
 	c := New(g.Name, g.Opset)

@@ -275,7 +275,7 @@ func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, er
 	if len(o.Betas) == 2 {
 		oc.Beta1, oc.Beta2 = o.Betas[0], o.Betas[1]
 	}
-	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc}
+	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute}
 	source := mc.ONNX
 	if mc.ONNX == "" {
 		rm, err := models.Build(mc.Recipe, mc.Params)
