@@ -87,7 +87,7 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 			return nil, err
 		}
 	}
-	dir, m, err := trainer.Artifacts(cfg, version)
+	dir, m, err := trainer.Artifacts(cfg, version, o.Session)
 	if err != nil {
 		return nil, err
 	}

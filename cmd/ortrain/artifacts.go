@@ -6,10 +6,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/ortimport"
+	"github.com/ortrain/ortrain/training/precision"
 )
 
 func artifactsCommand() *cli.Command {
@@ -39,6 +42,8 @@ Examples:
 					&cli.StringSliceFlag{Name: "trainable", Usage: "glob over initializer names: only these train (repeatable)"},
 					&cli.StringSliceFlag{Name: "frozen", Usage: "glob over initializer names that never train; wins over --trainable (repeatable)"},
 					&cli.StringSliceFlag{Name: "stop-gradient", Usage: "a tensor no gradient flows back through, as .detach() would (repeatable)"},
+					&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "fp32, or bf16 / fp16 for mixed precision (low-precision matrix products and what follows them, float32 master weights, optimizer and fragile ops)"},
+					&cli.StringFlag{Name: "device", Value: "cpu", Usage: "with --precision: the device whose kernels decide what runs in low precision (cpu, cuda:N); ops without a kernel stay float32, matrix products are emulated"},
 					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
 					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)"},
@@ -106,7 +111,21 @@ func artifactsBuild(c *cli.Context) error {
 	if err := loadORT(c, ""); err != nil {
 		return err
 	}
+	low, mixed, err := precision.Parse(c.String("precision"))
+	if err != nil {
+		return usageError{err}
+	}
+	var probe *precision.Probe
+	if mixed {
+		dev, err := ort.ParseDevice(c.String("device"))
+		if err != nil {
+			return usageError{err}
+		}
+		probe = precision.NewProbe(ort.Options{Device: dev}, graph.EmitOpset)
+	}
 	m, err := artifacts.Build(artifacts.Options{
+		Precision:      low,
+		Probe:          probe,
 		Model:          c.String("model"),
 		Out:            c.String("out"),
 		Overwrite:      c.Bool("overwrite"),
@@ -123,6 +142,9 @@ func artifactsBuild(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "wrote %s: %d parameters in %d tensors, loss %s, optimizer %s\n",
 		c.String("out"), m.ParamCount(), len(m.Params), m.LossSpec.Kind, m.Optimizer.Kind)
+	if mixed {
+		fmt.Fprintf(c.App.Writer, "precision: %s\n", m.Precision)
+	}
 	return nil
 }
 

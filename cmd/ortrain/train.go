@@ -14,6 +14,7 @@ import (
 
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/rundir"
@@ -65,9 +66,14 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	}
 	// Prebuilt artifacts and the data are checked before a run directory
 	// is made, so a typo leaves no empty version behind.
+	providers, _ := ort.AvailableProviders()
+	opts, err := cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider"))
+	if err != nil {
+		return "", err
+	}
 	var prep prepared
 	if cfg.Model.Artifacts != "" {
-		if err := prep.load(cfg, ""); err != nil {
+		if err := prep.load(cfg, "", opts); err != nil {
 			return "", err
 		}
 	}
@@ -84,17 +90,15 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		return "", err
 	}
 	if prep.artifacts == "" { // built from model.onnx or a recipe into the run directory
-		if err := prep.load(cfg, rd.Path); err != nil {
+		if err := prep.load(cfg, rd.Path, opts); err != nil {
 			return "", err
 		}
 	}
-	providers, _ := ort.AvailableProviders()
-	opts, err := cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider"))
-	if err != nil {
-		return "", err
-	}
 	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
+	if m, err := artifacts.Load(prep.artifacts); err == nil {
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: precision %s: %s\n", cfg.Trainer.Precision, m.Precision)
+	}
 	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
 		Dir: rd, Resume: ck, Progress: os.Stderr})
 	if err != nil {
@@ -112,8 +116,8 @@ type prepared struct {
 	train, val data.Dataset
 }
 
-func (p *prepared) load(cfg *config.Config, runDir string) error {
-	dir, m, err := trainer.Artifacts(cfg, runDir)
+func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) error {
+	dir, m, err := trainer.Artifacts(cfg, runDir, session)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/optim"
+	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -40,6 +41,12 @@ type Options struct {
 	// Recompute (--recompute) is what the backward pass recomputes rather
 	// than keeps (autodiff.RecomputePolicies); "" is the default, cheap.
 	Recompute string
+	// Precision (--precision) is the low precision of mixed-precision
+	// training, ort.BFloat16 or ort.Float16; zero is float32 throughout.
+	// Probe says which kernels the target device has (required with a
+	// low precision).
+	Precision ort.DType
+	Probe     *precision.Probe
 }
 
 // Error is a build request ortrain rejects.
@@ -85,7 +92,7 @@ func Build(opts Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bad := range []string{Reset, loss.Name, loss.Target} {
+	for _, bad := range []string{Reset, LossScale, loss.Name, loss.Target} {
 		if _, taken := g.Infos[bad]; taken && !(bad == loss.Name && spec.Kind == loss.Output && spec.Output == loss.Name) {
 			return nil, &Error{fmt.Sprintf("the model already has a value named %q, which the artifacts reserve", bad)}
 		}
@@ -147,6 +154,22 @@ func Build(opts Options) (*Manifest, error) {
 		if !slices.ContainsFunc(weights, func(w safetensors.Tensor) bool { return w.Name == in }) {
 			m.Data = append(m.Data, describe(g, in))
 		}
+	}
+
+	if opts.Precision != 0 {
+		if opts.Probe == nil {
+			return nil, &Error{"mixed precision needs a kernel probe for the target device"}
+		}
+		weights := map[string]bool{}
+		for _, w := range stateInputs(m) {
+			weights[w] = true
+		}
+		rep, err := precision.Autocast(g, precision.Options{Low: opts.Precision, Weights: weights, Kernels: opts.Probe.Kernels(g)})
+		if err != nil {
+			return nil, err
+		}
+		m.Precision = Precision{Compute: opts.Precision.String(), Master: "float32", LowNodes: rep.Low, FP32Nodes: rep.FP32,
+			EmulatedNodes: rep.Emulated, NoKernel: rep.NoKernel}
 	}
 
 	train, err := trainingGraph(g, spec, trainable, m)
@@ -219,6 +242,19 @@ func describe(g *graph.Graph, name string) Tensor {
 	return Tensor{Name: name, DType: info.DType.String(), Shape: info.Shape, Symbolic: g.Dims[name]}
 }
 
+// weights0 lists the graph inputs that hold state: parameters, frozen
+// parameters and buffers.
+func stateInputs(m *Manifest) []string {
+	var out []string
+	for _, t := range slices.Concat(m.Params, m.Frozen) {
+		out = append(out, t.Name)
+	}
+	for _, b := range m.Buffers {
+		out = append(out, b.Name)
+	}
+	return out
+}
+
 // trainingGraph: forward in training mode, the loss, the gradients, and
 // acc.out = grad + (reset ? 0 : acc) per parameter.
 func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest) (*graph.Graph, error) {
@@ -235,8 +271,16 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	if err != nil {
 		return nil, err
 	}
+	// float16 gradients underflow: the backward starts from the loss
+	// times the loss scale, which the optimizer's grad_scale divides out.
+	seed := loss.Name
+	if m.Precision.Compute == ort.Float16.String() {
+		g.AddInput(LossScale, graph.Info{DType: ort.Float32, Known: true, Shape: []int64{}})
+		seed = graph.NewBuilder(g, "scale/").Mul(loss.Name, LossScale)
+		m.LossScaleInput = LossScale
+	}
 	forward := len(g.Nodes)
-	grads, err := autodiff.Gradients(g, loss.Name, trainable, "grad/")
+	grads, err := autodiff.Gradients(g, seed, trainable, "grad/")
 	if err != nil {
 		return nil, err
 	}
@@ -278,11 +322,14 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	if err := g.Sort(); err != nil {
 		return nil, err
 	}
-	first := []string{loss.Name}
+	// The statistics updates in forward order, then the loss: each update
+	// runs as soon as its layer has, rather than keeping its input's
+	// shape (and so the input) alive to the end of the forward pass.
+	var first []string
 	for _, u := range ups {
 		first = append(first, u.Out)
 	}
-	g.RunFirst(append(first, fwd.Outputs...))
+	g.RunFirst(append(append(first, loss.Name), fwd.Outputs...))
 	return g, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/loss"
@@ -33,6 +34,11 @@ const (
 // Reset is the training graph's rank-0 bool input: true makes the step's
 // gradient replace the accumulators instead of adding to them.
 const Reset = "reset"
+
+// LossScale is the float16 training graph's rank-0 float32 input: the
+// backward pass starts from loss × LossScale (dynamic loss scaling,
+// precision.LossScaler); the optimizer's grad_scale divides it out.
+const LossScale = "loss_scale"
 
 // Tensor describes a graph input or state tensor: element type name as
 // ort.DType writes it, dimensions with -1 where not fixed, and the symbolic
@@ -77,12 +83,34 @@ type State struct {
 	Out   string `json:"out"`
 }
 
-// Precision leaves room for mixed precision: the compute type of the
-// graphs and the type of the master weights the optimizer updates. Only
-// float32/float32 is built today.
+// Precision is the graphs' arithmetic: the type of the low-precision
+// compute ("float32" when there is none) and of the master weights the
+// optimizer updates (always float32), with how many forward nodes run in
+// each (precision.Autocast).
 type Precision struct {
-	Compute string `json:"compute"`
-	Master  string `json:"master"`
+	Compute       string   `json:"compute"`
+	Master        string   `json:"master"`
+	LowNodes      int      `json:"low_nodes,omitempty"`
+	FP32Nodes     int      `json:"fp32_nodes,omitempty"`
+	EmulatedNodes int      `json:"emulated_nodes,omitempty"`
+	NoKernel      []string `json:"no_kernel,omitempty"` // ops kept in float32 for want of a low-precision kernel
+}
+
+// String says what runs in which precision, for a run's first lines.
+func (p Precision) String() string {
+	if p.Compute == "" || p.Compute == "float32" {
+		return "float32 throughout"
+	}
+	s := fmt.Sprintf("%s mixed: %d forward nodes in %s, %d in float32; master weights, gradients and optimizer state in %s",
+		p.Compute, p.LowNodes, p.Compute, p.FP32Nodes, p.Master)
+	if p.EmulatedNodes > 0 {
+		s += fmt.Sprintf("; %d matrix products EMULATED (float32 kernels on %s-rounded values: the numerics of %s, not its speed or memory)",
+			p.EmulatedNodes, p.Compute, p.Compute)
+	}
+	if len(p.NoKernel) > 0 {
+		s += fmt.Sprintf("; no %s kernel on this device for %s (kept in float32)", p.Compute, strings.Join(p.NoKernel, ", "))
+	}
+	return s
 }
 
 // Parallel leaves room for data parallelism: how gradient accumulators are
@@ -112,6 +140,9 @@ type Manifest struct {
 	Optimizer      Optimizer         `json:"optimizer"`
 	Precision      Precision         `json:"precision"`
 	Parallel       Parallel          `json:"parallel"`
+	// LossScaleInput names the training graph's loss-scale input (float16
+	// compute only; see LossScale).
+	LossScaleInput string `json:"loss_scale_input,omitempty"`
 	// Recompute is the policy the training graph was built with: which
 	// forward values its backward recomputes (autodiff.RecomputePolicies).
 	Recompute string `json:"recompute,omitempty"`

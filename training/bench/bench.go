@@ -73,11 +73,11 @@ type Options struct {
 	Python  string // the interpreter with PyTorch; "" skips the twin
 	Script  string // models/pytorch/bench_memory.py
 	Steps   int
-	Dir     string    // scratch directory for runs
+	Dir     string // scratch directory for runs
 	// Recompute is ortrain's model.recompute (autodiff.RecomputePolicies);
 	// "" is the default. The twin always keeps what eager PyTorch keeps.
 	Recompute string
-	Log     io.Writer // progress lines
+	Log       io.Writer // progress lines
 }
 
 // Memory measures c.

@@ -118,9 +118,12 @@ func (p *Progress) line(s *State, r StepResult) string {
 		fmt.Fprintf(&b, "step %d", s.Step)
 	}
 	fmt.Fprintf(&b, " epoch %d", s.Epoch)
-	if r.Skipped {
+	switch {
+	case r.Skipped && !math.IsNaN(r.Loss) && !math.IsInf(r.Loss, 0) && r.Metrics["train/loss_scale"] > 0:
+		fmt.Fprintf(&b, " loss %.4g, step skipped (float16 gradients overflowed at loss scale %g)", r.Loss, r.Metrics["train/loss_scale"])
+	case r.Skipped:
 		b.WriteString(" loss skipped(non-finite)")
-	} else {
+	default:
 		fmt.Fprintf(&b, " loss %.4g", r.Loss)
 	}
 	fmt.Fprintf(&b, " lr %.3g %.2f it/s", r.LR, p.ips)

@@ -57,6 +57,9 @@ type State struct {
 	RNG []byte `json:"rng,omitempty"`
 	// Scheduler is the LR scheduler's state, opaque to this package.
 	Scheduler json.RawMessage `json:"scheduler,omitempty"`
+	// LossScaler is float16 training's dynamic loss scale, opaque to this
+	// package.
+	LossScaler json.RawMessage `json:"loss_scaler,omitempty"`
 	// Monitor names the metric that ranks checkpoints; Score is its value at
 	// this checkpoint (nil when not measured; Save drops NaN and Inf here and
 	// in Metrics, which JSON cannot hold).

@@ -190,6 +190,13 @@ type Trainer struct {
 	// SkipNonfinite skips the optimizer step (and counts it) when the loss
 	// or gradient norm is NaN or Inf instead of stopping. Default true.
 	SkipNonfinite bool `toml:"skip_nonfinite"`
+	// LossScaleInit is the first loss scale of "16-mixed" (dynamic loss
+	// scaling: a step whose float16 gradients overflow is skipped and the
+	// scale halved, GrowthInterval clean steps double it). 0 means 65536.
+	LossScaleInit float64 `toml:"loss_scale_init,omitempty"`
+	// LossScaleGrowthInterval is the clean steps before the loss scale
+	// doubles. 0 means 2000.
+	LossScaleGrowthInterval int64 `toml:"loss_scale_growth_interval,omitempty"`
 	// BaseBatchSize is the effective batch size at which Optimizer.LR was
 	// tuned; with LRScaling the LR follows the actual effective batch.
 	// 0 disables scaling.

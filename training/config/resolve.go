@@ -178,6 +178,14 @@ func (c *Config) Resolve() error {
 	if _, err := ParsePrecision(string(t.Precision)); err != nil {
 		bad("trainer.precision", "%v", err)
 	}
+	for key, v := range map[string]float64{"trainer.loss_scale_init": t.LossScaleInit, "trainer.loss_scale_growth_interval": float64(t.LossScaleGrowthInterval)} {
+		switch {
+		case v < 0:
+			bad(key, "must be ≥ 0 (0: the default), not %g", v)
+		case v != 0 && t.Precision != FP16Mixed:
+			bad(key, "applies to trainer.precision = \"16-mixed\" only, not %q", t.Precision)
+		}
+	}
 
 	// [optimizer]
 	o := c.Optimizer

@@ -499,6 +499,10 @@ func (g *Graph) AddOutput(n *Node, base string) string {
 	return name
 }
 
+// InferNode recomputes the facts of n's outputs from its inputs', after a
+// pass changed them (an input's type, say).
+func (g *Graph) InferNode(n *Node) { g.infer(n) }
+
 // Reinfer recomputes the facts of every node's outputs in order, after a
 // pass changed nodes in place.
 func (g *Graph) Reinfer() {

@@ -40,17 +40,19 @@ type Plan struct {
 	Name string `json:"name"`
 	// RunDir is the version directory a new run would create (the next
 	// free version_N under output_dir/name); nothing is created.
-	RunDir    string   `json:"run_dir"`
-	Device    string   `json:"device"`
-	Precision string   `json:"precision"`
-	CUDA      *CUDA    `json:"cuda,omitempty"`
-	Model     Model    `json:"model"`
-	Data      Data     `json:"data"`
-	Batch     Batch    `json:"batch"`
-	LR        LR       `json:"lr"`
-	Steps     Steps    `json:"steps"`
-	Loader    Loader   `json:"loader"`
-	Notes     []string `json:"notes,omitempty"`
+	RunDir    string `json:"run_dir"`
+	Device    string `json:"device"`
+	Precision string `json:"precision"`
+	// Arithmetic says what runs in which type under Precision.
+	Arithmetic string   `json:"arithmetic"`
+	CUDA       *CUDA    `json:"cuda,omitempty"`
+	Model      Model    `json:"model"`
+	Data       Data     `json:"data"`
+	Batch      Batch    `json:"batch"`
+	LR         LR       `json:"lr"`
+	Steps      Steps    `json:"steps"`
+	Loader     Loader   `json:"loader"`
+	Notes      []string `json:"notes,omitempty"`
 	// Warnings are what would make `ortrain train` fail or misbehave with
 	// this configuration and data (a loader plan over data.memory_limit...).
 	Warnings []string `json:"warnings,omitempty"`
@@ -300,8 +302,32 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 		}
 	}
 	pm.StateBytes = int64(pm.StateCopies) * 4 * pm.Params
+	p.Arithmetic = arithmetic(c, m)
 	p.Notes = append(p.Notes, "device memory counts the training state only: activations (which grow with the batch) and buffers such as BatchNorm statistics come on top")
 	return m, nil
+}
+
+// arithmetic describes the precision setting: what the built artifacts
+// record, or what Autocast will do.
+func arithmetic(c *config.Config, m *artifacts.Manifest) string {
+	if c.Model.Artifacts != "" {
+		return m.Precision.String()
+	}
+	switch c.Trainer.Precision {
+	case config.BF16Mixed, config.FP16Mixed:
+		low := map[config.Precision]string{config.BF16Mixed: "bfloat16", config.FP16Mixed: "float16"}[c.Trainer.Precision]
+		s := "matrix products (MatMul, Gemm, Conv, ConvTranspose, Einsum) and the element-wise ops after them in " + low +
+			"; softmax, exp/log, normalisations, reductions and losses in float32; master weights, gradients and optimizer state in float32" +
+			" (the training state below); the run's first lines count the nodes, after probing the device's kernels; on the CPU the " + low +
+			" products are emulated (float32 kernels on rounded values)"
+		if c.Trainer.Precision == config.FP16Mixed {
+			s += "; dynamic loss scaling (skipped steps on overflow)"
+		}
+		return s
+	case config.TF32:
+		return "float32, matrix products on TF32 tensor cores (CUDA)"
+	}
+	return "float32 throughout"
 }
 
 // lossFlag turns model.loss into artifacts' loss flag, as trainer.Artifacts

@@ -17,6 +17,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 
 	row("run", "%s → %s", p.Name, p.RunDir)
 	row("device", "%s, precision %s", p.Device, p.Precision)
+	row("arithmetic", "%s", p.Arithmetic)
 	if c := p.CUDA; c != nil {
 		row("cuda", "tf32 %s, cudnn_conv_algo_search %s, gpu_mem_limit %s, arena %s, cuda graph %s, cpu fallback %s",
 			onOff(c.UseTF32), c.ConvAlgoSearch, sizeOr(c.GPUMemLimit, "none"), c.ArenaExtendStrategy, onOff(c.EnableCUDAGraph), onOff(c.AllowCPUFallback))

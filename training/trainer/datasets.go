@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,13 +11,16 @@ import (
 
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/models/diffusionlm"
+	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/images"
 	"github.com/ortrain/ortrain/training/data/tokens"
 	"github.com/ortrain/ortrain/training/data/volumes"
+	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/optim"
+	"github.com/ortrain/ortrain/training/precision"
 )
 
 // Sizes of the synthetic training and validation sets.
@@ -248,12 +252,34 @@ func (s *Synthetic) Load(i int, _ *rand.Rand, dst data.Sample) error {
 // forward model (model.onnx, with the config's loss) or from a built-in
 // recipe (model.recipe with model.params), with the config's trainable and
 // frozen globs and optimizer. A resumed run finds them there already.
-func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, error) {
+//
+// With trainer.precision bf16-mixed the forward graph runs through
+// precision.Autocast, with kernels probed on the device of session.
+func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *artifacts.Manifest, error) {
 	mc := c.Model
+	low, mixed, err := precision.Parse(string(c.Trainer.Precision))
+	if err != nil {
+		return "", nil, &config.Error{Key: "trainer.precision", Msg: err.Error()}
+	}
+	compute := "float32"
+	if mixed {
+		compute = low.String()
+	}
+	// matches refuses artifacts built for another precision.
+	matches := func(dir string, m *artifacts.Manifest) error {
+		if got := cmp.Or(m.Precision.Compute, "float32"); got != compute {
+			return &config.Error{Key: "trainer.precision", Msg: fmt.Sprintf("%q computes in %s, the artifacts in %s in %s; build them with ortrain artifacts build --precision %s",
+				c.Trainer.Precision, compute, dir, got, map[bool]string{true: "bf16", false: "fp32"}[mixed])}
+		}
+		return nil
+	}
 	if mc.Artifacts != "" {
 		m, err := artifacts.Load(mc.Artifacts)
 		if err != nil {
 			return "", nil, &config.Error{Key: "model.artifacts", Msg: fmt.Sprintf("%s: %v", mc.Artifacts, err)}
+		}
+		if err := matches(mc.Artifacts, m); err != nil {
+			return "", nil, err
 		}
 		return mc.Artifacts, m, nil
 	}
@@ -267,6 +293,9 @@ func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, er
 	}
 	out := filepath.Join(runDir, "artifacts")
 	if m, err := artifacts.Load(out); err == nil {
+		if err := matches(out, m); err != nil {
+			return "", nil, err
+		}
 		return out, m, nil // built by the run being resumed
 	}
 	o := c.Optimizer
@@ -276,6 +305,9 @@ func Artifacts(c *config.Config, runDir string) (string, *artifacts.Manifest, er
 		oc.Beta1, oc.Beta2 = o.Betas[0], o.Betas[1]
 	}
 	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute}
+	if mixed {
+		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)
+	}
 	source := mc.ONNX
 	if mc.ONNX == "" {
 		rm, err := models.Build(mc.Recipe, mc.Params)

@@ -47,6 +47,7 @@ type engine struct {
 	scalars                       []*ort.Value
 	reset                         []bool
 	lr, step, gradScale, clipNorm []float32
+	lossScale                     []float32 // float16 training: the loss scale the backward starts from
 	loss, gradNorm, evalLoss      []float32
 
 	trainData, evalData stage
@@ -241,8 +242,8 @@ func (e *engine) bind() error {
 		}
 		return s, err
 	}
-	var vals [9]*ort.Value
-	for i, init := range []any{true, float32(0), float32(1), float32(1), float32(0), float32(0), float32(0), float32(0), false} {
+	var vals [10]*ort.Value
+	for i, init := range []any{true, float32(0), float32(1), float32(1), float32(0), float32(0), float32(0), float32(0), false, float32(1)} {
 		var err error
 		if vals[i], err = scalar(init); err != nil {
 			return err
@@ -252,6 +253,8 @@ func (e *engine) bind() error {
 	e.reset = ort.Data[bool](reset)
 	e.lr, e.step, e.gradScale, e.clipNorm = ort.Data[float32](lr), ort.Data[float32](step), ort.Data[float32](gscale), ort.Data[float32](clip)
 	e.loss, e.gradNorm, e.evalLoss = ort.Data[float32](loss), ort.Data[float32](gnorm), ort.Data[float32](eloss)
+	lscale := vals[9]
+	e.lossScale = ort.Data[float32](lscale)
 
 	m := e.m
 	for p := range 2 {
@@ -264,6 +267,9 @@ func (e *engine) bind() error {
 				e.trainB[p][g][u] = b
 				e.allTrain = append(e.allTrain, b)
 				errs := []error{b.BindInput(m.Reset, reset), b.BindOutput(m.Loss, loss)}
+				if m.LossScaleInput != "" {
+					errs = append(errs, b.BindInput(m.LossScaleInput, lscale))
+				}
 				errs = append(errs, e.bindCommon(b, p, u)...)
 				for i, gr := range m.Gradients {
 					errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]), b.BindOutput(gr.Out, e.grads[i].v[1-g]))

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
@@ -77,7 +78,7 @@ func TestHDPPresetTrains(t *testing.T) {
 func buildFromConfig(t *testing.T, c *config.Config, rec *recorder) *Trainer {
 	t.Helper()
 	dir := t.TempDir()
-	art, m, err := Artifacts(c, dir)
+	art, m, err := Artifacts(c, dir, ort.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

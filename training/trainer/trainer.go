@@ -34,6 +34,7 @@ import (
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/logging"
+	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/schedule"
 	"github.com/ortrain/ortrain/training/telemetry"
@@ -68,6 +69,7 @@ type Trainer struct {
 	train     *data.Loader
 	val       *data.Loader
 	sched     schedule.Schedule
+	scaler    *precision.LossScaler // float16 training only
 	callbacks callback.List
 	ckpt      *callback.Checkpointer
 	telemetry *telemetry.Sampler
@@ -133,6 +135,9 @@ func New(o Options) (t *Trainer, err error) {
 	if t.sched, err = schedule.FromConfig(c, maxSteps, 1); err != nil {
 		return t, err
 	}
+	if m.LossScaleInput != "" {
+		t.scaler = precision.NewLossScaler(c.Trainer.LossScaleInit, c.Trainer.LossScaleGrowthInterval)
+	}
 	if t.configHash, err = c.Hash(); err != nil {
 		return t, err
 	}
@@ -192,6 +197,12 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 func (t *Trainer) step() (callback.StepResult, error) {
 	start := time.Now()
 	r := callback.StepResult{GradNorm: math.NaN(), LR: t.sched.LR(t.state.Step)}
+	gradScale := 1 / float64(t.accum)
+	if t.scaler != nil {
+		t.eng.lossScale[0] = float32(t.scaler.Scale)
+		gradScale /= t.scaler.Scale
+		r.Metrics = map[string]float64{"train/loss_scale": t.scaler.Scale}
+	}
 	ok := true
 	for k := range t.accum {
 		b, err := t.train.Next()
@@ -212,14 +223,21 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		ok = ok && finite(loss)
 		t.cursor = b.Cursor
 	}
+	overflow := false
 	if ok {
-		gn, applied, err := t.eng.update(r.LR, t.updates+1, 1/float64(t.accum), t.clip)
+		gn, applied, err := t.eng.update(r.LR, t.updates+1, gradScale, t.clip)
 		if err != nil {
 			return r, err
 		}
 		r.GradNorm, ok = gn, applied
+		if t.scaler != nil {
+			// Scaled float16 gradients that overflow are the scaler's to
+			// handle: skip the step, halve the scale.
+			overflow = !t.scaler.Update(applied)
+			r.Metrics["train/overflow_skipped"] = float64(t.scaler.Skipped)
+		}
 	}
-	if !ok && !t.cfg.Trainer.SkipNonfinite {
+	if !ok && !overflow && !t.cfg.Trainer.SkipNonfinite {
 		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, LastCheckpoint: t.lastCheckpoint()}
 	}
 	if ok {
@@ -281,6 +299,11 @@ func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Ten
 	}
 	st := &checkpoint.State{Loader: cur, Scheduler: sch, Callbacks: cbs, Monitor: t.cfg.Trainer.Monitor,
 		ConfigHash: t.configHash, Config: t.configTOML, Version: artifacts.Version}
+	if t.scaler != nil {
+		if st.LossScaler, err = json.Marshal(t.scaler); err != nil {
+			return nil, nil, err
+		}
+	}
 	return st, t.eng.tensors(), nil
 }
 
@@ -308,6 +331,11 @@ func (t *Trainer) restore(dir string) error {
 	}
 	if err := t.train.Resume(t.cursor); err != nil {
 		return err
+	}
+	if t.scaler != nil {
+		if err := json.Unmarshal(st.LossScaler, t.scaler); err != nil {
+			return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "loss_scaler: " + err.Error()}
+		}
 	}
 	t.sched, t.updates = ss.Schedule, ss.Updates
 	t.state.Step, t.state.Epoch = st.Step, int64(t.cursor.Epoch)

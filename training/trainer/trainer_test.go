@@ -3,13 +3,18 @@ package trainer
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -241,4 +246,77 @@ func TestStepDoesNotAllocate(t *testing.T) {
 			t.Errorf("parameter %s moved to memory outside its two buffers", nv.name)
 		}
 	}
+}
+
+// TestFloat16LossScaling: "16-mixed" with a first loss scale far too large
+// for float16: the first steps overflow, are skipped (not an error, even
+// without skip_nonfinite) and halve the scale; clean steps double it every
+// growth interval; the run learns; and a run interrupted at step 10 and
+// resumed repeats the uninterrupted run bit for bit, loss scale included.
+func TestFloat16LossScaling(t *testing.T) {
+	orttest.Init(t)
+	dir, err := mkdirTemp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := filepath.Join(dir, "mlp16")
+	m, err := artifacts.Build(artifacts.Options{Graph: mlp(rand.New(rand.NewPCG(1, 2))), Out: art, Loss: "cross_entropy",
+		Precision: ort.Float16, Probe: precision.NewProbe(ort.Options{}, graph.EmitOpset)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.LossScaleInput == "" || m.Precision.Compute != "float16" {
+		t.Fatalf("manifest precision %+v, loss scale input %q", m.Precision, m.LossScaleInput)
+	}
+	c := testConfig(t, art, `trainer.precision="16-mixed"`, "trainer.loss_scale_init=16777216", "trainer.loss_scale_growth_interval=3", "trainer.max_steps=40",
+		"trainer.skip_nonfinite=false")
+	full := &recorder{}
+	fullDir, err := run(t, c, "", "", full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale, clean, skips := 16777216.0, 0, 0
+	for i, r := range full.results {
+		if got := r.Metrics["train/loss_scale"]; got != scale {
+			t.Fatalf("step %d: loss scale %g, want %g", i+1, got, scale)
+		}
+		if r.Skipped {
+			skips++
+			scale, clean = scale/2, 0
+			continue
+		}
+		if clean++; clean == 3 {
+			scale, clean = scale*2, 0
+		}
+	}
+	if skips == 0 || skips > len(full.results)/2 {
+		t.Fatalf("%d of %d steps skipped for overflow", skips, len(full.results))
+	}
+	part := &recorder{stopAt: 10}
+	partDir, err := run(t, c, "", "", part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Latest(filepath.Join(partDir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := &recorder{}
+	if _, err := run(t, c, partDir, ck, rest); err != nil {
+		t.Fatal(err)
+	}
+	got := append(part.results, rest.results...)
+	if len(got) != len(full.results) {
+		t.Fatalf("interrupted + resumed = %d steps, uninterrupted %d", len(got), len(full.results))
+	}
+	for i := range got {
+		a, b := full.results[i], got[i]
+		if math.Float64bits(a.Loss) != math.Float64bits(b.Loss) || a.Skipped != b.Skipped || a.Metrics["train/loss_scale"] != b.Metrics["train/loss_scale"] ||
+			!(math.IsNaN(a.GradNorm) && math.IsNaN(b.GradNorm)) && math.Float64bits(a.GradNorm) != math.Float64bits(b.GradNorm) {
+			t.Errorf("step %d: loss %v skipped %v scale %v grad_norm %v, uninterrupted %v %v %v %v", i+1,
+				b.Loss, b.Skipped, b.Metrics["train/loss_scale"], b.GradNorm, a.Loss, a.Skipped, a.Metrics["train/loss_scale"], a.GradNorm)
+		}
+	}
+	equalTensors(t, filepath.Join(fullDir, "checkpoints", "last"), filepath.Join(partDir, "checkpoints", "last"))
+	t.Logf("%d steps skipped for overflow; loss %.3f -> %.3f", skips, full.results[0].Loss, full.results[len(full.results)-1].Loss)
 }
