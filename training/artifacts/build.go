@@ -279,6 +279,12 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 		seed = graph.NewBuilder(g, "scale/").Mul(loss.Name, LossScale)
 		m.LossScaleInput = LossScale
 	}
+	if un := autodiff.Unreached(g, seed, trainable); len(un) > 0 {
+		if len(un) > 6 {
+			un = append(un[:6:6], fmt.Sprintf("and %d more", len(un)-6))
+		}
+		return nil, &Error{fmt.Sprintf("the loss does not depend on the parameters %s through differentiable ops (or a stop-gradient cuts them off), so their gradient would always be zero: freeze them with --frozen GLOB (config model.frozen), or train only what the loss reaches with --trainable GLOB", strings.Join(un, ", "))}
+	}
 	forward := len(g.Nodes)
 	grads, err := autodiff.Gradients(g, seed, trainable, "grad/")
 	if err != nil {

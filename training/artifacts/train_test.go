@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
@@ -352,5 +353,44 @@ func TestResNetTrains(t *testing.T) {
 	t.Logf("ResNet: loss %.3f at step 1, %.3f at step 40, eval %.3f", first, last, ev)
 	if first < 1.0 || last > 0.1 || ev > 0.3 || !moved {
 		t.Errorf("ResNet loss %.3f -> %.3f (eval %.3f, running stats moved %v), want > 1.0 -> < 0.1, eval < 0.3", first, last, ev, moved)
+	}
+}
+
+// TestBuildRefusesSilentZeros: a parameter the loss does not reach, and an
+// op without a gradient rule on the way to the loss, are refused as bad
+// input naming the parameter or the node, and nothing is written; frozen,
+// the unused parameter builds.
+func TestBuildRefusesSilentZeros(t *testing.T) {
+	orttest.Init(t)
+	unused := mlp(rand.New(rand.NewPCG(1, 1)))
+	unused.AddInitializer(graph.Float32s("spare.weight", []int64{3}, []float32{1, 2, 3}))
+	// An op without a rule (GatherElements) between fc2 and the output.
+	norule := mlp(rand.New(rand.NewPCG(1, 1)))
+	b := graph.NewBuilder(norule, "")
+	out := norule.Outputs[0]
+	ix := b.Const(graph.Int64s("", []int64{1, 3}, []int64{2, 0, 1}))
+	norule.Outputs[0] = b.Op("GatherElements", []string{b.Tanh(out), ix}, graph.AInt("axis", 1))
+	for _, c := range []struct {
+		name string
+		g    *graph.Graph
+		want []string
+	}{{"unused parameter", unused, []string{"spare.weight", "--frozen"}}, {"op without a rule", norule, []string{"GatherElements", "--stop-gradient"}}} {
+		out := filepath.Join(t.TempDir(), "art")
+		_, err := artifacts.Build(artifacts.Options{Graph: c.g, Out: out, Loss: "mse"})
+		if bi, ok := err.(interface{ BadInput() bool }); !ok || !bi.BadInput() {
+			t.Errorf("%s: err = %v, want a bad-input refusal", c.name, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not mention %s", c.name, err, w)
+			}
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: %s was written", c.name, out)
+		}
+	}
+	if _, err := artifacts.Build(artifacts.Options{Graph: unused, Out: filepath.Join(t.TempDir(), "art"), Loss: "mse", Frozen: []string{"spare.*"}}); err != nil {
+		t.Errorf("with the unused parameter frozen: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ package autodiff
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -26,15 +27,37 @@ import (
 // whether input i wants one. It returns one entry per input ("" for none).
 type Rule func(b *graph.Builder, n *graph.Node, dy []string, need []bool) []string
 
-// nonDiff are ops whose outputs are constant with respect to their inputs
-// (or piecewise so, with zero gradient almost everywhere).
-var nonDiff = map[string]bool{
-	"Shape": true, "Size": true, "Equal": true, "Greater": true, "Less": true, "GreaterOrEqual": true,
-	"LessOrEqual": true, "Not": true, "And": true, "Or": true, "Xor": true, "ArgMax": true, "ArgMin": true,
-	"Sign": true, "Floor": true, "Ceil": true, "Round": true, "ConstantOfShape": true, "Range": true,
-	"NonZero": true, "OneHot": true, "EyeLike": true, "RandomNormal": true, "RandomUniform": true,
-	"RandomNormalLike": true, "RandomUniformLike": true, "Constant": true, "IsNaN": true, "IsInf": true,
+// nonDiff are the ops whose float outputs, if any, do not vary with their
+// inputs, or only by steps (zero gradient almost everywhere, as PyTorch
+// also gives), each with the reason. Ops with integer or bool outputs
+// carry no gradient by type and need no entry. An op in neither this
+// table nor the rules is unsupported: Gradients refuses it on a path to
+// the loss.
+var nonDiff = map[string]string{
+	"Shape": "the output is the input's shape", "Size": "the output is the input's element count",
+	"Equal": "comparison (bool output)", "Greater": "comparison (bool output)", "Less": "comparison (bool output)",
+	"GreaterOrEqual": "comparison (bool output)", "LessOrEqual": "comparison (bool output)",
+	"Not": "logic (bool)", "And": "logic (bool)", "Or": "logic (bool)", "Xor": "logic (bool)",
+	"ArgMax": "index output", "ArgMin": "index output", "NonZero": "index output",
+	"IsNaN": "bool output", "IsInf": "bool output",
+	"Sign": "piecewise constant: zero gradient almost everywhere", "Floor": "piecewise constant: zero gradient almost everywhere",
+	"Ceil": "piecewise constant: zero gradient almost everywhere", "Round": "piecewise constant: zero gradient almost everywhere",
+	"ConstantOfShape": "reads only a shape", "Range": "reads only scalars that set a length", "EyeLike": "reads only a shape",
+	"OneHot": "piecewise constant in its indices", "Constant": "no inputs",
+	"RandomNormal": "random, no inputs", "RandomUniform": "random, no inputs",
+	"RandomNormalLike": "random: reads only the input's shape and type", "RandomUniformLike": "random: reads only the input's shape and type",
+	"Bernoulli": "random draw (piecewise constant in the probabilities)", "Multinomial": "random draw (index output)",
 }
+
+// nonDiffOp reports whether n is in nonDiff (standard ops only).
+func nonDiffOp(n *graph.Node) bool {
+	_, ok := nonDiff[n.Op]
+	return ok && n.Domain == ""
+}
+
+// NonDifferentiable returns the ops without a gradient by nature, each with
+// the reason (for the op table).
+func NonDifferentiable() map[string]string { return maps.Clone(nonDiff) }
 
 // NoRuleError is an op on the path from a trained value to the loss that
 // ortrain cannot differentiate.
@@ -95,60 +118,8 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 	if !li.Known || !li.Float() || numel(li.Shape) != 1 {
 		return nil, &LossError{loss, li}
 	}
-	// Forward: which values depend on a wanted value (through floats).
-	active := map[string]bool{}
-	origin := map[string][]string{} // the wanted values each active value depends on
-	for _, w := range wrt {
-		if g.Info(w).Float() {
-			active[w] = true
-			origin[w] = []string{w}
-		}
-	}
-	for _, n := range g.Nodes {
-		// The stop-gradient marker cuts here; so does any op of another
-		// domain that has no rule.
-		if nonDiff[n.Op] || graph.IsStopGradient(n) || n.Domain != "" && n.Domain != "com.microsoft" && ruleFor(n) == nil {
-			continue
-		}
-		var from []string
-		for _, in := range n.Inputs {
-			if active[in] {
-				from = append(from, origin[in]...)
-			}
-		}
-		if from == nil {
-			continue
-		}
-		slices.Sort(from)
-		from = slices.Compact(from)
-		for _, o := range n.Outputs {
-			if o != "" && g.Info(o).Float() {
-				active[o] = true
-				origin[o] = from
-			}
-		}
-	}
-	// Backward: which values the loss depends on.
-	reach := map[string]bool{loss: true}
-	var path []*graph.Node
-	for i := len(g.Nodes) - 1; i >= 0; i-- {
-		n := g.Nodes[i]
-		hit := false
-		for _, o := range n.Outputs {
-			if reach[o] && active[o] {
-				hit = true
-			}
-		}
-		if !hit {
-			continue
-		}
-		path = append(path, n)
-		for _, in := range n.Inputs {
-			if active[in] {
-				reach[in] = true
-			}
-		}
-	}
+	f := analyse(g, loss, wrt)
+	active, reach, origin, path := f.active, f.reach, f.origin, f.path
 	for _, n := range path {
 		if ruleFor(n) == nil {
 			var ps []string
@@ -329,6 +300,89 @@ func fullOperandFirst(g *graph.Graph, first int) {
 			n.Inputs[0], n.Inputs[1] = n.Inputs[1], n.Inputs[0]
 		}
 	}
+}
+
+// flow is which values depend on the wanted ones and which the loss
+// depends on.
+type flow struct {
+	active map[string]bool     // values that depend on a wanted value
+	origin map[string][]string // the wanted values each active value depends on
+	reach  map[string]bool     // active values the loss depends on
+	path   []*graph.Node       // nodes from the wanted values to the loss, in reverse order
+}
+
+func analyse(g *graph.Graph, loss string, wrt []string) flow {
+	// Forward: which values depend on a wanted value (through floats).
+	active := map[string]bool{}
+	origin := map[string][]string{} // the wanted values each active value depends on
+	for _, w := range wrt {
+		if g.Info(w).Float() {
+			active[w] = true
+			origin[w] = []string{w}
+		}
+	}
+	for _, n := range g.Nodes {
+		// The stop-gradient marker cuts here, and so do the ops whose
+		// outputs do not vary with their inputs. Every other op carries
+		// the dependence on to its float outputs, and to outputs whose
+		// type inference did not find: such an op without a rule is then
+		// refused below rather than cutting the gradient to a silent zero.
+		if nonDiffOp(n) || graph.IsStopGradient(n) {
+			continue
+		}
+		var from []string
+		for _, in := range n.Inputs {
+			if active[in] {
+				from = append(from, origin[in]...)
+			}
+		}
+		if from == nil {
+			continue
+		}
+		slices.Sort(from)
+		from = slices.Compact(from)
+		for _, o := range n.Outputs {
+			if info := g.Info(o); o != "" && (info.Float() || info.DType == 0) {
+				active[o] = true
+				origin[o] = from
+			}
+		}
+	}
+	// Backward: which values the loss depends on.
+	reach := map[string]bool{loss: true}
+	var path []*graph.Node
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		n := g.Nodes[i]
+		hit := false
+		for _, o := range n.Outputs {
+			if reach[o] && active[o] {
+				hit = true
+			}
+		}
+		if !hit {
+			continue
+		}
+		path = append(path, n)
+		for _, in := range n.Inputs {
+			if active[in] {
+				reach[in] = true
+			}
+		}
+	}
+	return flow{active, origin, reach, path}
+}
+
+// Unreached returns the values of wrt the loss does not depend on through
+// differentiable ops: their gradient would be zero whatever the data.
+func Unreached(g *graph.Graph, loss string, wrt []string) []string {
+	f := analyse(g, loss, wrt)
+	var out []string
+	for _, w := range wrt {
+		if !f.reach[w] {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // broadcasting are the element-wise ops whose inputs broadcast.

@@ -39,6 +39,9 @@ const (
 	positive            // U(0.5, 2), for Log, Sqrt, divisors, Pow bases
 	away                // |x| in [0.2, 1] with random sign, away from kinks
 	distinct            // a shuffled ramp with steps of 0.1, no ties
+	unit                // U(-0.8, 0.8), inside the domain of asin, acos, atanh
+	aboveOne            // U(1.2, 3), inside acosh's
+	wide                // |x| in [0, 2.3] or [3.5, 5], random sign: both sides of kinks at ±0.5..±3
 )
 
 type in struct {
@@ -90,6 +93,18 @@ func fill(r *rand.Rand, g gen, n int) []float64 {
 			}
 		case distinct:
 			v[i] = 0.1*float64(i) - 0.05*float64(n)
+		case unit:
+			v[i] = -0.8 + 1.6*r.Float64()
+		case aboveOne:
+			v[i] = 1.2 + 1.8*r.Float64()
+		case wide:
+			v[i] = 2.3 * r.Float64()
+			if r.IntN(2) == 0 {
+				v[i] = 3.5 + 1.5*r.Float64()
+			}
+			if r.IntN(2) == 0 {
+				v[i] = -v[i]
+			}
 		}
 	}
 	if g == distinct {

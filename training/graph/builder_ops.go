@@ -18,6 +18,9 @@ func (b *Builder) Not(x string) string { return b.Op("Not", []string{x}) }
 // And emits the ONNX And op.
 func (b *Builder) And(x, y string) string { return b.Op("And", []string{x, y}) }
 
+// Or is the element-wise logical or.
+func (b *Builder) Or(x, y string) string { return b.Op("Or", []string{x, y}) }
+
 // Less emits the ONNX Less op.
 func (b *Builder) Less(x, y string) string { return b.Op("Less", []string{x, y}) }
 

@@ -33,7 +33,8 @@ func (g *Graph) infer(n *Node) {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
 		"BatchNormalization", "BatchNormTraining", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
-		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign":
+		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign",
+		"ThresholdedRelu", "Shrink", "PRelu", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh":
 		same()
 		if n.Op == "BatchNormalization" && len(n.Outputs) > 1 {
 			set(1, in(3))
@@ -233,7 +234,7 @@ func (g *Graph) infer(n *Node) {
 			}
 		}
 		shaped(x.DType, s)
-	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare":
+	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare", "ReduceL1", "ReduceLogSum", "ReduceLogSumExp":
 		axes, ok := g.ReduceAxes(n)
 		if !ok || !x.Known {
 			set(0, Info{DType: x.DType})
@@ -359,6 +360,16 @@ func (g *Graph) infer(n *Node) {
 		shaped(x.DType, s)
 	case "Resize", "Pad", "Einsum", "OneHot":
 		g.inferMore(n)
+	case "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss":
+		// The loss per position (reduction none) or a scalar; SCE's second
+		// output is the log-probability, shaped as the scores.
+		if n.String("reduction", "mean") == "none" {
+			t := in(1)
+			set(0, Info{DType: x.DType, Known: t.Known, Shape: slices.Clone(t.Shape)})
+		} else {
+			shaped(x.DType, []int64{})
+		}
+		set(1, x)
 	case "GatherElements", "ScatterElements", "ScatterND":
 		if n.Op == "GatherElements" {
 			set(0, Info{DType: x.DType, Known: in(1).Known, Shape: in(1).Shape})

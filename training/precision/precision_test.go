@@ -95,6 +95,21 @@ func TestAutocastClasses(t *testing.T) {
 	if rep.Low != 4 || rep.FP32 != 3 {
 		t.Errorf("report %+v, want 4 low and 3 float32 nodes", rep)
 	}
+
+	// Without a bfloat16 Relu kernel the Relu stays float32, and says so.
+	g = mlp(t)
+	noRelu := func(n *graph.Node, dt ort.DType) bool { return n.Op != "Relu" }
+	if rep, err = Autocast(g, Options{Low: ort.BFloat16, Weights: weights, Kernels: noRelu}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		if n.Op == "Relu" && g.Info(n.Outputs[0]).DType != ort.Float32 {
+			t.Errorf("Relu without a kernel runs in %s", g.Info(n.Outputs[0]).DType)
+		}
+	}
+	if !slices.Equal(rep.NoKernel, []string{"Relu"}) {
+		t.Errorf("no kernel for %v, want [Relu]", rep.NoKernel)
+	}
 }
 
 // TestAutocastEmulatedOnCPU: on the CPU provider (no bfloat16 MatMul) the
