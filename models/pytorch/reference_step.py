@@ -1,9 +1,14 @@
-"""Writes what ortrain's PyTorch comparison test needs: torchvision's
-ResNet-18 as forward ONNX (through ortrain_export), and one batch with the
-loss and the gradient of every parameter that PyTorch autograd computes on
-it, in training mode, as safetensors.
+"""Writes what ortrain's PyTorch comparison tests need: a model as forward
+ONNX (through ortrain_export), and one batch with the loss and the gradient
+of every parameter that PyTorch autograd computes on it, in training mode,
+as safetensors.
 
-    /usr/bin/python3 models/pytorch/reference_step.py OUT_DIR [--classes 10 --size 64 --batch 4]
+    /usr/bin/python3 models/pytorch/reference_step.py OUT_DIR [--model resnet18|patchnet] [--classes 10 --size 64 --batch 4]
+
+resnet18 is torchvision's, exported without a loss (ortrain adds
+cross-entropy with --label-smoothing). patchnet is a small discriminator-like
+net (LeakyReLU 0.2, GroupNorm, Hardswish, ELU) whose loss, F.cross_entropy,
+is inside the export, as the model's "loss" output.
 
 OUT_DIR gets model.onnx and reference.safetensors (tensors "images",
 "target", "loss" and "grad.<param>" for each parameter).
@@ -41,9 +46,26 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
+class PatchNet(torch.nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.gn = torch.nn.GroupNorm(2, 8)
+        self.c3 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = F.leaky_relu(self.c1(x), 0.2)
+        h = F.hardswish(self.gn(self.c2(h)))
+        h = F.elu(self.c3(h))
+        return self.fc(h.mean(dim=(2, 3)))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
+    p.add_argument("--model", choices=["resnet18", "patchnet"], default="resnet18")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=4)
@@ -52,17 +74,25 @@ def main():
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(a.seed)
-    model = torchvision.models.resnet18(num_classes=a.classes)
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, a.classes, (a.batch,))
-    # Export first: tracing runs the model once, which must not move the
-    # BatchNorm statistics the gradient step below starts from.
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    ox.export(model, {"images": x}, os.path.join(a.out, "model.onnx"), output_names=["logits"])
-    model.load_state_dict(state)
+    path = os.path.join(a.out, "model.onnx")
+    if a.model == "patchnet":
+        model = PatchNet(a.classes)
+        ox.export(model, {"images": x}, path, loss=lambda out, t: F.cross_entropy(out, t),
+                  targets={"target": y}, output_names=["logits"])
+        smoothing = 0.0
+    else:
+        model = torchvision.models.resnet18(num_classes=a.classes)
+        # Export first: tracing runs the model once, which must not move the
+        # BatchNorm statistics the gradient step below starts from.
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        ox.export(model, {"images": x}, path, output_names=["logits"])
+        model.load_state_dict(state)
+        smoothing = a.label_smoothing
     model.train()
     model.zero_grad()
-    loss = F.cross_entropy(model(x), y, label_smoothing=a.label_smoothing)
+    loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
     loss.backward()
     tensors = {"images": x, "target": y, "loss": loss.detach().reshape(())}
     for name, prm in model.named_parameters():

@@ -37,15 +37,35 @@ func needTorch(t *testing.T) {
 // a wrong rule (a missed transpose, a dropped term of the batch-norm
 // backward) gives errors of order 1.
 func TestResNet18MatchesAutograd(t *testing.T) {
+	matchAutograd(t, "resnet18", []string{"--classes", "10", "--size", "64", "--batch", "4"},
+		artifacts.Options{Loss: "cross_entropy", LabelSmoothing: 0.1}, 62)
+}
+
+// TestCrossEntropyInsideModelMatchesAutograd: a model whose export holds
+// its own loss, F.cross_entropy (ONNX SoftmaxCrossEntropyLoss, with the
+// model's own "target" input), and LeakyReLU 0.2, GroupNorm, Hardswish
+// and ELU, built with --loss output:loss. Same tolerance as ResNet-18
+// (float32 on both sides, different summation orders).
+func TestCrossEntropyInsideModelMatchesAutograd(t *testing.T) {
+	matchAutograd(t, "patchnet", []string{"--classes", "5", "--size", "16", "--batch", "4"},
+		artifacts.Options{Loss: "output:loss"}, 10)
+}
+
+// matchAutograd runs reference_step.py for model, builds ortrain's
+// artifacts from its export with opts, runs one training step on the CPU
+// on the batch PyTorch used, and compares the loss and the gradient of
+// each of the params parameters with PyTorch autograd.
+func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Options, params int) {
 	needTorch(t)
 	orttest.Init(t)
 	dir := t.TempDir()
-	cmd := exec.Command(python, "reference_step.py", dir, "--classes", "10", "--size", "64", "--batch", "4")
+	cmd := exec.Command(python, append([]string{"reference_step.py", dir, "--model", model}, args...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("reference_step.py: %v\n%s", err, out)
 	}
 	art := filepath.Join(dir, "artifacts")
-	m, err := artifacts.Build(artifacts.Options{Model: filepath.Join(dir, "model.onnx"), Out: art, Loss: "cross_entropy", LabelSmoothing: 0.1})
+	opts.Model, opts.Out = filepath.Join(dir, "model.onnx"), art
+	m, err := artifacts.Build(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +122,8 @@ func TestResNet18MatchesAutograd(t *testing.T) {
 			t.Errorf("gradient of %s: relative L2 error %.2e against PyTorch", g.Param, e)
 		}
 	}
-	if len(m.Gradients) != 62 {
-		t.Errorf("%d gradients, want 62 (every ResNet-18 parameter)", len(m.Gradients))
+	if len(m.Gradients) != params {
+		t.Errorf("%d gradients, want %d (every parameter)", len(m.Gradients), params)
 	}
 	t.Logf("loss %.7f (PyTorch %.7f); worst gradient %s, relative L2 error %.2e", gotLoss, wantLoss, worstName, worst)
 }

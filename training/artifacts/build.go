@@ -92,7 +92,11 @@ func Build(opts Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bad := range []string{Reset, LossScale, loss.Name, loss.Target} {
+	reserved := []string{Reset, LossScale, loss.Name}
+	if spec.Kind != loss.Output {
+		reserved = append(reserved, loss.Target) // the built-in loss's target input
+	}
+	for _, bad := range reserved {
 		if _, taken := g.Infos[bad]; taken && !(bad == loss.Name && spec.Kind == loss.Output && spec.Output == loss.Name) {
 			return nil, &Error{fmt.Sprintf("the model already has a value named %q, which the artifacts reserve", bad)}
 		}

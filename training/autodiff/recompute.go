@@ -73,6 +73,18 @@ func Recompute(g *graph.Graph, forward int, keep, data map[string]bool, policy s
 		r.chooseCheap(keep)
 	case RecomputeBlocks:
 		r.chooseBlocks(keep, data)
+		before := len(g.Nodes)
+		dropped, err := r.apply()
+		if err != nil || len(dropped) == 0 {
+			return dropped, err
+		}
+		// A block's backward reads its recomputed values as the plain
+		// backward reads the forward's: thin them with the cheap policy
+		// too, the copies counting as forward nodes.
+		c := newRecomputation(g, forward+len(g.Nodes)-before)
+		c.chooseCheap(keep)
+		_, err = c.apply()
+		return dropped, err
 	default:
 		return nil, fmt.Errorf("autodiff: recompute policy %q is not one of %s", policy, strings.Join(RecomputePolicies, ", "))
 	}
