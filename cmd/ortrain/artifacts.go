@@ -42,6 +42,7 @@ Examples:
 					&cli.StringSliceFlag{Name: "trainable", Usage: "glob over initializer names: only these train (repeatable)"},
 					&cli.StringSliceFlag{Name: "frozen", Usage: "glob over initializer names that never train; wins over --trainable (repeatable)"},
 					&cli.StringSliceFlag{Name: "stop-gradient", Usage: "a tensor no gradient flows back through, as .detach() would (repeatable)"},
+					&cli.StringSliceFlag{Name: "input-shape", Usage: "fix an input's sizes, NAME=D1xD2x... with -1 for a free dimension (image=-1x3x224x224), for rules that need static sizes (repeatable)"},
 					&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "fp32, or bf16 / fp16 for mixed precision (low-precision matrix products and what follows them, float32 master weights, optimizer and fragile ops)"},
 					&cli.StringFlag{Name: "device", Value: "cpu", Usage: "with --precision: the device whose kernels decide what runs in low precision (cpu, cuda:N); ops without a kernel stay float32, matrix products are emulated"},
 					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
@@ -111,6 +112,14 @@ func artifactsBuild(c *cli.Context) error {
 	if err := loadORT(c, ""); err != nil {
 		return err
 	}
+	shapes := map[string][]int64{}
+	for _, a := range c.StringSlice("input-shape") {
+		name, dims, err := artifacts.ParseInputShape(a)
+		if err != nil {
+			return err
+		}
+		shapes[name] = dims
+	}
 	low, mixed, err := precision.Parse(c.String("precision"))
 	if err != nil {
 		return usageError{err}
@@ -126,6 +135,7 @@ func artifactsBuild(c *cli.Context) error {
 	m, err := artifacts.Build(artifacts.Options{
 		Precision:      low,
 		Probe:          probe,
+		InputShapes:    shapes,
 		Model:          c.String("model"),
 		Out:            c.String("out"),
 		Overwrite:      c.Bool("overwrite"),

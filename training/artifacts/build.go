@@ -3,10 +3,12 @@ package artifacts
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ortrain/ortrain/ort"
@@ -47,6 +49,11 @@ type Options struct {
 	// low precision).
 	Precision ort.DType
 	Probe     *precision.Probe
+	// InputShapes (--input-shape NAME=D1xD2x...) fixes the sizes of the
+	// model's inputs, -1 keeping a dimension free: rules that need static
+	// sizes (Conv, Slice, Resize in exported attention and U-Nets) then
+	// build.
+	InputShapes map[string][]int64
 }
 
 // Error is a build request ortrain rejects.
@@ -85,6 +92,9 @@ func Build(opts Options) (*Manifest, error) {
 		g = g.Clone()
 	}
 	g.Opset = max(g.Opset, graph.EmitOpset)
+	if err := fixShapes(g, opts.InputShapes); err != nil {
+		return nil, err
+	}
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
 		return nil, err
 	}
@@ -246,7 +256,74 @@ func describe(g *graph.Graph, name string) Tensor {
 	return Tensor{Name: name, DType: info.DType.String(), Shape: info.Shape, Symbolic: g.Dims[name]}
 }
 
-// weights0 lists the graph inputs that hold state: parameters, frozen
+// ParseInputShape reads NAME=D1xD2x... (--input-shape), -1 for a free
+// dimension: image=-1x3x224x224.
+func ParseInputShape(s string) (string, []int64, error) {
+	name, dims, ok := strings.Cut(s, "=")
+	if !ok || name == "" || dims == "" {
+		return "", nil, &Error{fmt.Sprintf("--input-shape %q: want NAME=D1xD2x..., -1 for a free dimension (image=-1x3x224x224)", s)}
+	}
+	var shape []int64
+	for _, f := range strings.Split(dims, "x") {
+		d, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return "", nil, &Error{fmt.Sprintf("--input-shape %q: %q is not a size; want NAME=D1xD2x..., -1 for a free dimension", s, f)}
+		}
+		shape = append(shape, d)
+	}
+	return name, shape, nil
+}
+
+// fixShapes gives the named inputs the sizes in shapes (-1: left as the
+// model has it) and infers every value's facts again.
+func fixShapes(g *graph.Graph, shapes map[string][]int64) error {
+	if len(shapes) == 0 {
+		return nil
+	}
+	var data []string
+	for _, in := range g.Inputs {
+		if g.Initializers[in] == nil {
+			data = append(data, in)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
+		dims := shapes[name]
+		if !slices.Contains(data, name) {
+			return &Error{fmt.Sprintf("input shape for %q: the model has no such input; its inputs are %s", name, strings.Join(data, ", "))}
+		}
+		info := g.Info(name)
+		if info.Known && len(info.Shape) != len(dims) {
+			return &Error{fmt.Sprintf("input shape for %q: %d dimensions given, the input has %d (%v)", name, len(dims), len(info.Shape), info)}
+		}
+		shape := make([]int64, len(dims))
+		sym := slices.Clone(g.Dims[name])
+		for i, d := range dims {
+			switch {
+			case d == -1:
+				shape[i] = -1
+				if info.Known {
+					shape[i] = info.Shape[i]
+				}
+			case d < 1:
+				return &Error{fmt.Sprintf("input shape for %q: dimension %d is %d; give a size ≥ 1, or -1 to leave it free", name, i, d)}
+			case info.Known && info.Shape[i] >= 0 && info.Shape[i] != d:
+				return &Error{fmt.Sprintf("input shape for %q: dimension %d is %d in the model, not %d", name, i, info.Shape[i], d)}
+			default:
+				shape[i] = d
+				if i < len(sym) {
+					sym[i] = ""
+				}
+			}
+		}
+		info.Known, info.Shape = true, shape
+		g.Infos[name] = info
+		g.Dims[name] = sym
+	}
+	g.Reinfer()
+	return nil
+}
+
+// stateInputs lists the graph inputs that hold state: parameters, frozen
 // parameters and buffers.
 func stateInputs(m *Manifest) []string {
 	var out []string

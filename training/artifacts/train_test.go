@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -392,5 +393,62 @@ func TestBuildRefusesSilentZeros(t *testing.T) {
 	}
 	if _, err := artifacts.Build(artifacts.Options{Graph: unused, Out: filepath.Join(t.TempDir(), "art"), Loss: "mse", Frozen: []string{"spare.*"}}); err != nil {
 		t.Errorf("with the unused parameter frozen: %v", err)
+	}
+}
+
+// TestInputShapes: a Conv net exported with free spatial sizes cannot get
+// its Conv gradient (static sizes needed) and the refusal points at
+// --input-shape; with the sizes fixed it builds, the batch left free.
+// Shapes naming a missing input, with the wrong rank, or a size below 1
+// are refused and nothing is written.
+func TestInputShapes(t *testing.T) {
+	orttest.Init(t)
+	net := func() *graph.Graph {
+		g := graph.New("convnet", 17)
+		g.AddInput("image", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 3, -1, -1}})
+		g.Dims["image"] = []string{"batch", "", "height", "width"}
+		g.AddInitializer(graph.Float32s("conv.weight", []int64{4, 3, 3, 3}, randn(rand.New(rand.NewPCG(1, 2)), 108, 0.2)))
+		b := graph.NewBuilder(g, "")
+		h := b.Op("Conv", []string{"image", "conv.weight"}, graph.AInts("pads", []int64{1, 1, 1, 1}))
+		b.OpInto("pred", "Relu", []string{h})
+		g.Outputs = []string{"pred"}
+		return g
+	}
+	build := func(shapes map[string][]int64) (string, error) {
+		out := filepath.Join(t.TempDir(), "art")
+		_, err := artifacts.Build(artifacts.Options{Graph: net(), Out: out, Loss: "mse", InputShapes: shapes})
+		return out, err
+	}
+	_, err := build(nil)
+	if err == nil || !strings.Contains(err.Error(), "--input-shape") {
+		t.Fatalf("free spatial sizes: %v, want a refusal pointing at --input-shape", err)
+	}
+	out, err := build(map[string][]int64{"image": {-1, 3, 8, 8}})
+	if err != nil {
+		t.Fatalf("with image=-1x3x8x8: %v", err)
+	}
+	m, err := artifacts.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Data {
+		if d.Name == "image" && !slices.Equal(d.Shape, []int64{-1, 3, 8, 8}) {
+			t.Errorf("image input %v, want [-1 3 8 8]", d.Shape)
+		}
+	}
+	for _, bad := range []map[string][]int64{{"images": {-1, 3, 8, 8}}, {"image": {3, 8, 8}}, {"image": {-1, 3, 0, 8}}, {"image": {-1, 4, 8, 8}}} {
+		out, err := build(bad)
+		if bi, ok := err.(interface{ BadInput() bool }); !ok || !bi.BadInput() {
+			t.Errorf("%v: err = %v, want a bad-input refusal", bad, err)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%v: %s was written", bad, out)
+		}
+	}
+	if name, dims, err := artifacts.ParseInputShape("image=-1x3x224x224"); err != nil || name != "image" || !slices.Equal(dims, []int64{-1, 3, 224, 224}) {
+		t.Errorf("ParseInputShape: %s %v %v", name, dims, err)
+	}
+	if _, _, err := artifacts.ParseInputShape("image=-1,3"); err == nil {
+		t.Error("ParseInputShape accepted commas")
 	}
 }

@@ -81,6 +81,26 @@ func (e *NoRuleError) Error() string {
 // BadInput marks the error as the user's to fix (exit code 2).
 func (e *NoRuleError) BadInput() bool { return true }
 
+// RuleError is a node whose rule cannot build its gradient as the graph
+// stands: a shape it needs is not known, an attribute it does not cover.
+type RuleError struct {
+	Node string
+	Err  error
+}
+
+func (e *RuleError) Error() string {
+	msg := fmt.Sprintf("autodiff: gradient of %s: %v", e.Node, e.Err)
+	if s := e.Err.Error(); strings.Contains(s, "static") || strings.Contains(s, "known") || strings.Contains(s, "fixed") {
+		msg += "; fix the model's input sizes with --input-shape NAME=D1,D2,... (config [model.input_shapes]), -1 keeping a dimension free"
+	}
+	return msg
+}
+
+func (e *RuleError) Unwrap() error { return e.Err }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *RuleError) BadInput() bool { return true }
+
 // LossError is a loss that is not a floating scalar.
 type LossError struct {
 	Name string
@@ -163,7 +183,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 		dx := ruleFor(n)(b, n, dy, need)
 		if b.Err != nil {
-			return nil, fmt.Errorf("autodiff: gradient of %s: %w", n.Describe(), b.Err)
+			return nil, &RuleError{Node: n.Describe(), Err: b.Err}
 		}
 		for i, d := range dx {
 			if i < len(need) && need[i] && d != "" {
@@ -490,7 +510,7 @@ func Backward(b *graph.Builder, n *graph.Node, dy []string, need []bool) ([]stri
 	}
 	dx := r(b, n, dy, need)
 	if b.Err != nil {
-		return nil, fmt.Errorf("autodiff: gradient of %s: %w", n.Describe(), b.Err)
+		return nil, &RuleError{Node: n.Describe(), Err: b.Err}
 	}
 	return dx, nil
 }

@@ -66,6 +66,10 @@ type Model struct {
 	// block's forward run again in the backward; about a third more
 	// compute). Gradients are the same under every policy.
 	Recompute string `toml:"recompute,omitempty"`
+	// InputShapes fixes the sizes of the model's inputs by name, -1
+	// leaving a dimension free ([model.input_shapes] image = [-1, 3, 224,
+	// 224]), for gradient rules that need static sizes.
+	InputShapes map[string][]int64 `toml:"input_shapes,omitempty"`
 }
 
 // Data configures the data loaders ([data]).

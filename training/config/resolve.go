@@ -42,6 +42,17 @@ func (c *Config) Resolve() error {
 	if m.Loss == "" {
 		bad("model.loss", "must name the loss output")
 	}
+	if len(m.InputShapes) > 0 && m.Artifacts != "" {
+		bad("model.input_shapes", "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) keep their shapes (ortrain artifacts build --input-shape)")
+	}
+	for name, dims := range m.InputShapes {
+		for _, d := range dims {
+			if d < 1 && d != -1 {
+				bad("model.input_shapes", "%s: %v has a size %d; give sizes ≥ 1, or -1 for a free dimension", name, dims, d)
+				break
+			}
+		}
+	}
 	if m.Recompute != "" {
 		oneOf("model.recompute", m.Recompute, autodiff.RecomputePolicies...)
 		if m.Artifacts != "" {
