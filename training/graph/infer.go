@@ -360,6 +360,8 @@ func (g *Graph) infer(n *Node) {
 		shaped(x.DType, s)
 	case "Resize", "Pad", "Einsum", "OneHot":
 		g.inferMore(n)
+	case "TopK", "Tile", "DepthToSpace", "SpaceToDepth", "GatherND":
+		g.inferRearrange(n)
 	case "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss":
 		// The loss per position (reduction none) or a scalar; SCE's second
 		// output is the log-probability, shaped as the scores.

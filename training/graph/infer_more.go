@@ -151,3 +151,78 @@ func ParseEinsum(eq string) (ops []string, out string, ok bool) {
 	slices.Sort(once)
 	return ops, string(once), true
 }
+
+// inferRearrange handles TopK, Tile, DepthToSpace, SpaceToDepth and
+// GatherND (batch_dims 0), whose sizes follow from constant inputs and
+// attributes; an unknown one leaves the output shape unknown.
+func (g *Graph) inferRearrange(n *Node) {
+	x := g.Infos[n.Input(0)]
+	out := func(i int, dt ort.DType, s []int64) {
+		if o := n.Output(i); o != "" {
+			g.Infos[o] = Info{DType: dt, Known: s != nil, Shape: s}
+		}
+	}
+	if !x.Known {
+		out(0, x.DType, nil)
+		if n.Op == "TopK" {
+			out(1, ort.Int64, nil)
+		}
+		return
+	}
+	s := slices.Clone(x.Shape)
+	switch n.Op {
+	case "TopK":
+		k, ok := g.ConstInts(n.Input(1))
+		ax := n.Int("axis", -1)
+		if ax < 0 {
+			ax += int64(len(s))
+		}
+		if !ok || len(k) != 1 || ax < 0 || ax >= int64(len(s)) {
+			out(0, x.DType, nil)
+			out(1, ort.Int64, nil)
+			return
+		}
+		s[ax] = k[0]
+		out(0, x.DType, s)
+		out(1, ort.Int64, slices.Clone(s))
+	case "Tile":
+		reps, ok := g.ConstInts(n.Input(1))
+		if !ok || len(reps) != len(s) {
+			out(0, x.DType, nil)
+			return
+		}
+		for i := range s {
+			if s[i] >= 0 {
+				s[i] *= reps[i]
+			}
+		}
+		out(0, x.DType, s)
+	case "DepthToSpace", "SpaceToDepth":
+		bs := n.Int("blocksize", 1)
+		if len(s) != 4 || bs < 1 {
+			out(0, x.DType, nil)
+			return
+		}
+		scale := func(d, by int64, up bool) int64 {
+			switch {
+			case d < 0:
+				return -1
+			case up:
+				return d * by
+			}
+			return d / by
+		}
+		up := n.Op == "DepthToSpace"
+		s[1] = scale(s[1], bs*bs, !up)
+		s[2], s[3] = scale(s[2], bs, up), scale(s[3], bs, up)
+		out(0, x.DType, s)
+	case "GatherND":
+		idx := g.Infos[n.Input(1)]
+		if !idx.Known || len(idx.Shape) == 0 || n.Int("batch_dims", 0) != 0 || idx.Shape[len(idx.Shape)-1] < 0 {
+			out(0, x.DType, nil)
+			return
+		}
+		m := idx.Shape[len(idx.Shape)-1]
+		out(0, x.DType, append(slices.Clone(idx.Shape[:len(idx.Shape)-1]), s[m:]...))
+	}
+}
