@@ -207,6 +207,10 @@ func openRunDir(cfg *config.Config, resume, runDir string, overwrite bool) (*run
 	if err != nil {
 		return nil, "", err
 	}
+	// A refused resume must not touch the run it refuses.
+	if err := trainer.CheckResume(cfg, ck); err != nil {
+		return nil, "", err
+	}
 	d, err := rundir.Resume(version)
 	return d, ck, err
 }

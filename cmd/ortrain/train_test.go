@@ -2,7 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,6 +115,25 @@ lr = 0.05
 				t.Error("--resume last started a new version")
 			}
 		}},
+		{"refused resume changes nothing", []string{"--resume", "last", "--set", "optimizer.lr=0.5", "--set", "trainer.save_top_k=0",
+			"--set", "trainer.max_steps=12"}, 2, "optimizer.lr", nil},
+		{"resume from an older checkpoint", []string{"--resume", filepath.Join(root, "outputs", "lin", "version_3", "checkpoints", "step-000000002"),
+			"--set", "trainer.save_top_k=2", "--set", "trainer.max_steps=4", "--set", "trainer.checkpoint_every_n_steps=1"}, 0, "", func(t *testing.T) {
+			// The abandoned branch (steps 3 to 6) stays on disk, even under
+			// a smaller save_top_k; "last", and so --resume last and eval,
+			// follow the resumed branch.
+			dir := filepath.Join(version("version_3"), "checkpoints")
+			if last, _ := os.Readlink(filepath.Join(dir, "last")); last != "step-000000004-2" {
+				t.Errorf("last -> %q, want step-000000004-2", last)
+			}
+			got, err := checkpoint.Latest(dir)
+			if err != nil || filepath.Base(got) != "step-000000004-2" {
+				t.Errorf("Latest = %s, %v; want step-000000004-2", got, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "step-000000006")); err != nil {
+				t.Errorf("the abandoned branch's checkpoint is gone: %v", err)
+			}
+		}},
 		{"run dir kept", []string{"--run-dir", kept}, 2, kept, func(t *testing.T) {
 			if b, _ := os.ReadFile(filepath.Join(kept, "notes.txt")); string(b) != "mine" {
 				t.Error("existing run directory changed")
@@ -120,6 +143,23 @@ lr = 0.05
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			var before map[string]string
+			switch c.name {
+			case "refused resume changes nothing":
+				before = snapshot(t, version("version_1"))
+				defer func() {
+					if after := snapshot(t, version("version_1")); !maps.Equal(before, after) {
+						t.Errorf("the refused resume changed the run:\nbefore %v\nafter  %v", before, after)
+					}
+				}()
+			case "resume from an older checkpoint":
+				// A run keeping every checkpoint, steps 1..6.
+				var out, errOut bytes.Buffer
+				if code := run([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.save_top_k=-1", "--set", "trainer.checkpoint_every_n_steps=1",
+					"--run-dir", version("version_3")}, &out, &errOut); code != 0 {
+					t.Fatalf("setup run: exit %d: %s", code, errOut.String())
+				}
+			}
 			var out, errOut bytes.Buffer
 			args := append([]string{"ortrain", "train", "--config", cfg}, c.args...)
 			code := run(args, &out, &errOut)
@@ -131,6 +171,32 @@ lr = 0.05
 			}
 		})
 	}
+}
+
+// snapshot maps every file and link under dir to its content or target.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			out[p] = "-> " + target
+			return err
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			out[p] = fmt.Sprintf("%x", sha256.Sum256(b))
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestFirstSignalCancels: SIGINT cancels the loop's context (the loop then

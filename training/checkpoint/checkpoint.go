@@ -218,6 +218,9 @@ func randomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
+// ReadState reads and checks dir/state.json without opening the tensors.
+func ReadState(dir string) (State, error) { return readState(dir) }
+
 // readState reads and checks dir/state.json.
 func readState(dir string) (State, error) {
 	var st State

@@ -69,9 +69,12 @@ func newer(a, b Entry) bool {
 	return a.Time.After(b.Time)
 }
 
-// Latest returns the newest whole checkpoint in dir (a run's checkpoints
-// directory), or ErrNone. Directories left by an interrupted save or delete
-// are ignored; Manager removes them when it takes over the directory.
+// Latest returns the checkpoint "last" points at in dir (a run's
+// checkpoints directory) when it is whole, else the newest whole one, or
+// ErrNone. After a resume from an older checkpoint "last" is the resumed
+// branch's newest, not the abandoned branch's. Directories left by an
+// interrupted save or delete are ignored; Manager removes them when it
+// takes over the directory.
 func Latest(dir string) (string, error) {
 	es, err := scan(dir)
 	if err != nil {
@@ -79,6 +82,13 @@ func Latest(dir string) (string, error) {
 	}
 	if len(es) == 0 {
 		return "", fmt.Errorf("%s: %w", dir, ErrNone)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, LastLink)); err == nil {
+		for _, e := range es {
+			if filepath.Base(e.Dir) == filepath.Base(target) {
+				return e.Dir, nil
+			}
+		}
 	}
 	return es[len(es)-1].Dir, nil
 }
@@ -123,10 +133,27 @@ func NewManager(dir string, topK int, monitor, mode string) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{dir: dir, topK: topK, monitor: monitor, mode: mode, entries: es}
-	// A crash between a save and its pruning leaves one checkpoint too
-	// many; prune now so the directory follows the rule again.
-	return m, m.prune()
+	// Nothing is pruned before the next save: a run that is refused or
+	// fails before it saves leaves every checkpoint where it was (one too
+	// many after a crash between a save and its pruning goes then).
+	return &Manager{dir: dir, topK: topK, monitor: monitor, mode: mode, entries: es}, nil
+}
+
+// Resume sets aside the checkpoints after step, the run resuming from a
+// checkpoint at step: they belong to the branch it abandons, stay on disk
+// untouched, and are neither "last" nor ranked nor pruned by this run.
+// It returns them.
+func (m *Manager) Resume(step int64) []Entry {
+	var kept, aside []Entry
+	for _, e := range m.entries {
+		if e.Step > step {
+			aside = append(aside, e)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	m.entries = kept
+	return aside
 }
 
 // Dir is the checkpoints directory.

@@ -344,6 +344,23 @@ func (t *Trainer) restore(dir string) error {
 
 // configChanged explains why a checkpoint cannot be resumed with this
 // configuration, naming the keys that differ.
+// CheckResume refuses, before anything is written, a resume from the
+// checkpoint in dir under a configuration that changes the computation.
+func CheckResume(c *config.Config, dir string) error {
+	st, err := checkpoint.ReadState(dir)
+	if err != nil {
+		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
+	hash, err := c.Hash()
+	if err != nil {
+		return err
+	}
+	if st.ConfigHash != hash {
+		return configChanged(dir, st.Config, c)
+	}
+	return nil
+}
+
 func configChanged(dir, saved string, now *config.Config) error {
 	msg := "the configuration changes the computation since the checkpoint; start a new run or restore the keys"
 	if old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile)); err == nil {
@@ -376,6 +393,10 @@ func (t *Trainer) setupCallbacks(o Options) error {
 		}
 		resumeStep = st.State.Step
 		st.Close()
+		if aside := mgr.Resume(resumeStep); len(aside) > 0 && o.Progress != nil {
+			fmt.Fprintf(o.Progress, "ortrain: %d checkpoints after step %d (the branch this resume leaves) stay on disk, out of top-k and \"last\": %s ...\n",
+				len(aside), resumeStep, aside[0].Dir)
+		}
 	}
 	csv, err := logging.OpenCSV(o.Dir.File(rundir.MetricsFile), resumeStep)
 	if err != nil {
