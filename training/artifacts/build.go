@@ -202,7 +202,8 @@ func Build(opts Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Optimizer = Optimizer{Config: cfg.Defaults(), LRInput: optim.LR, StepInput: optim.Step, GradScaleInput: optim.GradScale, ClipNormInput: optim.ClipNorm, GradNormOutput: optim.GradNorm}
+	m.Optimizer = Optimizer{Config: cfg.Defaults(), LRInput: optim.LR, StepInput: optim.Step, GradScaleInput: optim.GradScale, ClipNormInput: optim.ClipNorm, GradNormOutput: optim.GradNorm,
+		UpdateFiniteOutput: optim.UpdateFinite}
 	for _, s := range states {
 		m.Optimizer.States = append(m.Optimizer.States, State{s.Name, s.Param, optim.Out(s.Name)})
 	}

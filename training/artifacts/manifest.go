@@ -67,12 +67,15 @@ type Gradient struct {
 // Optimizer records the optimizer graph's settings and interface.
 type Optimizer struct {
 	optim.Config
-	LRInput        string  `json:"lr_input"`
-	StepInput      string  `json:"step_input"`
-	GradScaleInput string  `json:"grad_scale_input"`
-	ClipNormInput  string  `json:"clip_norm_input"`
-	GradNormOutput string  `json:"grad_norm_output"`
-	States         []State `json:"states"`
+	LRInput        string `json:"lr_input"`
+	StepInput      string `json:"step_input"`
+	GradScaleInput string `json:"grad_scale_input"`
+	ClipNormInput  string `json:"clip_norm_input"`
+	GradNormOutput string `json:"grad_norm_output"`
+	// UpdateFiniteOutput names the bool output saying every new parameter
+	// is finite (absent in artifacts from older versions and imports).
+	UpdateFiniteOutput string  `json:"update_finite_output,omitempty"`
+	States             []State `json:"states"`
 }
 
 // State is an optimizer state tensor, zeros of its parameter's shape at the

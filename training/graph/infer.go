@@ -360,6 +360,8 @@ func (g *Graph) infer(n *Node) {
 		shaped(x.DType, s)
 	case "Resize", "Pad", "Einsum", "OneHot":
 		g.inferMore(n)
+	case "IsNaN", "IsInf":
+		set(0, Info{DType: ort.Bool, Known: x.Known, Shape: slices.Clone(x.Shape)})
 	case "TopK", "Tile", "DepthToSpace", "SpaceToDepth", "GatherND":
 		g.inferRearrange(n)
 	case "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss":

@@ -26,6 +26,10 @@ const (
 	GradScale = "grad_scale" // multiplies every gradient first: 1/accumulation steps, 1/loss scale
 	ClipNorm  = "clip_norm"  // global-norm clipping threshold; <= 0 disables it
 	GradNorm  = "grad_norm"  // output: global L2 norm of the scaled gradients, before clipping
+	// UpdateFinite is the bool output that says every new parameter is
+	// finite: a finite gradient can still overflow the weights (an LR of
+	// 1e300), and the trainer then drops the update.
+	UpdateFinite = "update_finite"
 )
 
 // GradName is the input holding a parameter's accumulated gradient; the
@@ -160,6 +164,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 	factor := b.Where(b.Greater(ClipNorm, b.Scalar(ort.Float32, 0)), clipped, one)
 
 	var bc1, bc2 string
+	var zeros []string
 	if c.Kind == AdamW {
 		// 1 - beta^step, the bias corrections, shared by all parameters.
 		bc1 = b.Sub(one, b.Pow(b.Scalar(ort.Float32, c.Beta1), Step))
@@ -205,7 +210,11 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 			next = b.Sub(p.Name, b.Mul(lr, d))
 		}
 		b.OpInto(Out(p.Name), "Identity", []string{next})
+		// 0·w is 0 for finite w and NaN for ±Inf or NaN: the sum is 0
+		// exactly when every new weight is finite, whatever their size.
+		zeros = append(zeros, b.Cast(b.ReduceSum(b.Mul(next, k(0)), false), ort.Float32))
 	}
+	b.OpInto(UpdateFinite, "Not", []string{b.Op("IsNaN", []string{b.Sum(zeros...)})})
 	if b.Err != nil {
 		return nil, nil, b.Err
 	}
@@ -215,7 +224,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 	for _, s := range states {
 		g.Outputs = append(g.Outputs, Out(s.Name))
 	}
-	g.Outputs = append(g.Outputs, GradNorm)
+	g.Outputs = append(g.Outputs, GradNorm, UpdateFinite)
 	return g, states, nil
 }
 

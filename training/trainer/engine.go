@@ -48,6 +48,7 @@ type engine struct {
 	reset                         []bool
 	lr, step, gradScale, clipNorm []float32
 	lossScale                     []float32 // float16 training: the loss scale the backward starts from
+	updateFinite                  []bool    // the optimizer's verdict on the new weights (true without one)
 	loss, gradNorm, evalLoss      []float32
 
 	trainData, evalData stage
@@ -242,8 +243,8 @@ func (e *engine) bind() error {
 		}
 		return s, err
 	}
-	var vals [10]*ort.Value
-	for i, init := range []any{true, float32(0), float32(1), float32(1), float32(0), float32(0), float32(0), float32(0), false, float32(1)} {
+	var vals [11]*ort.Value
+	for i, init := range []any{true, float32(0), float32(1), float32(1), float32(0), float32(0), float32(0), float32(0), false, float32(1), true} {
 		var err error
 		if vals[i], err = scalar(init); err != nil {
 			return err
@@ -253,8 +254,9 @@ func (e *engine) bind() error {
 	e.reset = ort.Data[bool](reset)
 	e.lr, e.step, e.gradScale, e.clipNorm = ort.Data[float32](lr), ort.Data[float32](step), ort.Data[float32](gscale), ort.Data[float32](clip)
 	e.loss, e.gradNorm, e.evalLoss = ort.Data[float32](loss), ort.Data[float32](gnorm), ort.Data[float32](eloss)
-	lscale := vals[9]
+	lscale, ufinite := vals[9], vals[10]
 	e.lossScale = ort.Data[float32](lscale)
+	e.updateFinite = ort.Data[bool](ufinite)
 
 	m := e.m
 	for p := range 2 {
@@ -289,6 +291,9 @@ func (e *engine) bind() error {
 			o := m.Optimizer
 			errs := []error{b.BindInput(o.LRInput, lr), b.BindInput(o.StepInput, step), b.BindInput(o.GradScaleInput, gscale),
 				b.BindInput(o.ClipNormInput, clip), b.BindOutput(o.GradNormOutput, gnorm)}
+			if o.UpdateFiniteOutput != "" {
+				errs = append(errs, b.BindOutput(o.UpdateFiniteOutput, ufinite))
+			}
 			for _, pm := range e.params {
 				errs = append(errs, b.BindInput(pm.name, pm.v[p]), b.BindOutput(pm.name+".out", pm.v[1-p]))
 			}
@@ -366,14 +371,15 @@ func (e *engine) forward(reset bool) (float64, error) {
 
 // update runs the optimizer graph on the accumulated gradients. The new
 // parameters and states go to the spare buffers and are taken only when the
-// gradient norm is finite; applied says whether they were.
+// gradient norm and every new parameter are finite; applied says whether
+// they were.
 func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gradNorm float64, applied bool, err error) {
 	e.lr[0], e.step[0], e.gradScale[0], e.clipNorm[0] = float32(lr), float32(step), float32(gradScale), float32(clipNorm)
 	if err := e.optB[e.p][e.g].Run(); err != nil {
 		return math.NaN(), false, fmt.Errorf("optimizer graph: %w", err)
 	}
 	gn := float64(e.gradNorm[0])
-	if finite(gn) {
+	if finite(gn) && e.updateFinite[0] {
 		e.p ^= 1
 		return gn, true, nil
 	}

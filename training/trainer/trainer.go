@@ -74,16 +74,17 @@ type Trainer struct {
 	ckpt      *callback.Checkpointer
 	telemetry *telemetry.Sampler
 
-	state      callback.State
-	updates    int64       // optimizer updates applied (skipped steps excluded)
-	cursor     data.Cursor // where the train loader resumes after the last step
-	accum      int
-	clip       float64
-	valEvery   int64
-	tokens     int64  // tokens per sample for token models, else 0
-	lastGood   string // newest checkpoint known whole
-	configHash string
-	configTOML string
+	state       callback.State
+	updates     int64       // optimizer updates applied (skipped steps excluded)
+	skipsInARow int         // steps skipped since the last applied one
+	cursor      data.Cursor // where the train loader resumes after the last step
+	accum       int
+	clip        float64
+	valEvery    int64
+	tokens      int64  // tokens per sample for token models, else 0
+	lastGood    string // newest checkpoint known whole
+	configHash  string
+	configTOML  string
 }
 
 // schedState is what a checkpoint stores for the schedule: the schedule
@@ -237,11 +238,16 @@ func (t *Trainer) step() (callback.StepResult, error) {
 			r.Metrics["train/overflow_skipped"] = float64(t.scaler.Skipped)
 		}
 	}
+	weights := !ok && finite(r.Loss) && finite(r.GradNorm)
 	if !ok && !overflow && !t.cfg.Trainer.SkipNonfinite {
-		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, LastCheckpoint: t.lastCheckpoint()}
+		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, Weights: weights, LastCheckpoint: t.lastCheckpoint()}
 	}
 	if ok {
 		t.updates++
+		t.skipsInARow = 0
+	} else if t.skipsInARow++; t.skipsInARow >= maxSkipsInARow || int64(t.skipsInARow) == t.state.MaxSteps {
+		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, Weights: weights, InARow: t.skipsInARow,
+			LastCheckpoint: t.lastCheckpoint()}
 	}
 	r.Skipped = !ok
 	r.Tokens = r.Samples * t.tokens
@@ -502,6 +508,10 @@ func checkOptimizer(c *config.Config, m *artifacts.Manifest) error {
 type NonFiniteError struct {
 	Step           int64 // the optimizer step that failed, 1-based
 	Loss, GradNorm float64
+	// Weights: the loss and gradients were finite, the new weights not.
+	Weights bool
+	// InARow is set when skip_nonfinite skipped this many steps in a row.
+	InARow         int
 	LastCheckpoint string // the newest whole checkpoint, "" if none
 }
 
@@ -511,10 +521,23 @@ func (e *NonFiniteError) Error() string {
 	if e.LastCheckpoint != "" {
 		last = "the last good checkpoint is " + e.LastCheckpoint
 	}
-	return fmt.Sprintf("step %d: loss %g, gradient norm %g: not finite; stopped without applying the update (%s). "+
+	what := fmt.Sprintf("loss %g, gradient norm %g: not finite", e.Loss, e.GradNorm)
+	if e.Weights {
+		what = fmt.Sprintf("loss %g and gradient norm %g are finite, but the update would make weights infinite or NaN", e.Loss, e.GradNorm)
+	}
+	if e.InARow > 0 {
+		return fmt.Sprintf("step %d: %d steps in a row skipped (the last: %s); stopped (%s). "+
+			"The run no longer learns: lower optimizer.lr, set trainer.gradient_clip_val, or check the data", e.Step, e.InARow, what, last)
+	}
+	return fmt.Sprintf("step %d: %s; stopped without applying the update (%s). "+
 		"Lower optimizer.lr, set trainer.gradient_clip_val, or set trainer.skip_nonfinite = true to skip such steps",
-		e.Step, e.Loss, e.GradNorm, last)
+		e.Step, what, last)
 }
+
+// maxSkipsInARow stops a run that skips every step (skip_nonfinite, or
+// float16 overflow that halving the loss scale does not cure); a shorter
+// run stops when it skipped every step it had.
+const maxSkipsInARow = 100
 
 // Close releases the device state, the loaders and the telemetry sampler.
 func (t *Trainer) Close() error {

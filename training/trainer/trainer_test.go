@@ -14,6 +14,7 @@ import (
 	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
@@ -319,4 +320,51 @@ func TestFloat16LossScaling(t *testing.T) {
 	}
 	equalTensors(t, filepath.Join(fullDir, "checkpoints", "last"), filepath.Join(partDir, "checkpoints", "last"))
 	t.Logf("%d steps skipped for overflow; loss %.3f -> %.3f", skips, full.results[0].Loss, full.results[len(full.results)-1].Loss)
+}
+
+// TestNonFiniteWeights: finite loss and gradients, but an update that
+// overflows the weights (lr 1e30 with weight decay 1e10): without
+// skip_nonfinite the run stops at step 1 saying the weights would not be
+// finite; with it, every step is skipped and the run stops once it has
+// skipped all it had. No checkpoint ever holds a non-finite weight.
+func TestNonFiniteWeights(t *testing.T) {
+	orttest.Init(t)
+	dir, err := mkdirTemp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := filepath.Join(dir, "mlp-decay")
+	oc := optim.Config{Kind: optim.AdamW, WeightDecay: 1e10}.Defaults()
+	oc.WeightDecay = 1e10
+	if _, err := artifacts.Build(artifacts.Options{Graph: mlp(rand.New(rand.NewPCG(1, 2))), Out: art, Loss: "cross_entropy", Optimizer: oc}); err != nil {
+		t.Fatal(err)
+	}
+	for _, skip := range []string{"false", "true"} {
+		c := testConfig(t, art, "optimizer.lr=1e30", "scheduler.warmup_steps=0", "trainer.max_steps=6", "trainer.checkpoint_every_n_steps=1", "trainer.skip_nonfinite="+skip)
+		rec := &recorder{}
+		runDir, err := run(t, c, "", "", rec)
+		var nf *NonFiniteError
+		if !errors.As(err, &nf) || !nf.Weights {
+			t.Fatalf("skip_nonfinite=%s: err = %v, want a NonFiniteError about the weights", skip, err)
+		}
+		if skip == "false" && nf.Step != 1 || skip == "true" && (nf.InARow != 6 || len(rec.results) != 5) {
+			t.Errorf("skip_nonfinite=%s: %v after %d steps", skip, err, len(rec.results))
+		}
+		if ck, err := checkpoint.Latest(filepath.Join(runDir, "checkpoints")); err == nil {
+			loaded, err := checkpoint.Load(ck)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, info := range loaded.Tensors.Tensors() {
+				raw, _ := loaded.Tensors.Read(info.Name)
+				for _, v := range asFloat32(raw) {
+					if !finite(float64(v)) {
+						t.Fatalf("skip_nonfinite=%s: checkpoint %s holds non-finite %s", skip, ck, info.Name)
+					}
+				}
+			}
+			loaded.Close()
+		}
+		t.Logf("skip_nonfinite=%s: %v", skip, err)
+	}
 }
