@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/ortrain/ortrain/eval/sliding"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 func evalCommand() *cli.Command {
@@ -59,12 +61,19 @@ Examples:
 			&cli.Float64Flag{Name: "data-range", Usage: "with --reference: intensity range for PSNR and SSIM (default: the reference's max - min)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the metrics as JSON"},
 			&cli.StringFlag{Name: "report", Usage: "also write an HTML report with slices and error maps to this file"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing --report file and metrics.json/metrics.csv"},
 		},
 		Action: evalAction,
 	}
 }
 
 func evalAction(c *cli.Context) error {
+	// An existing report is refused before anything is computed or written.
+	if path := c.String("report"); path != "" && !c.Bool("overwrite") {
+		if _, err := os.Lstat(path); err == nil {
+			return &safefile.ExistsError{Path: path}
+		}
+	}
 	switch {
 	case c.IsSet("checkpoint") && c.IsSet("reference"):
 		return usageError{errors.New("eval takes --checkpoint or --reference, not both")}
@@ -113,7 +122,7 @@ func evalCheckpoint(c *cli.Context) error {
 	if dir == "" {
 		dir = filepath.Join(filepath.Dir(filepath.Dir(res.Checkpoint)), "eval", filepath.Base(res.Checkpoint))
 	}
-	if err := writeEvalMetrics(dir, res); err != nil {
+	if err := writeEvalMetrics(dir, res, c.Bool("overwrite")); err != nil {
 		return err
 	}
 	w := c.App.Writer
@@ -134,7 +143,7 @@ func evalCheckpoint(c *cli.Context) error {
 			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE"},
 			Tables:      []report.Table{{Title: "Metrics", Columns: []string{"metric", "value"}, Rows: res.Table()[1:]}},
 			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "ONNX Runtime", Value: ort.Version()}, {Key: "device", Value: opts.Device.String()}}}
-		if err := report.Write(path, r); err != nil {
+		if err := report.Write(path, r, c.Bool("overwrite")); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", path)
@@ -143,12 +152,12 @@ func evalCheckpoint(c *cli.Context) error {
 }
 
 // writeEvalMetrics writes metrics.json and metrics.csv into dir, which must
-// not hold them already.
-func writeEvalMetrics(dir string, res *eval.CheckpointResult) error {
+// not hold them already unless overwrite; each appears whole or not at all.
+func writeEvalMetrics(dir string, res *eval.CheckpointResult, overwrite bool) error {
 	js, csvPath := filepath.Join(dir, "metrics.json"), filepath.Join(dir, "metrics.csv")
 	for _, p := range []string{js, csvPath} {
-		if _, err := os.Stat(p); err == nil {
-			return usageError{fmt.Errorf("%s exists; pass another --out-dir", p)}
+		if _, err := os.Stat(p); err == nil && !overwrite {
+			return usageError{fmt.Errorf("%s exists; pass another --out-dir, or --overwrite", p)}
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -158,20 +167,14 @@ func writeEvalMetrics(dir string, res *eval.CheckpointResult) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
+	if err := safefile.WriteBytes(js, overwrite, append(b, '\n')); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(csvPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	cw := csv.NewWriter(f)
-	cw.WriteAll(res.Table())
-	if err := cw.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return safefile.Write(csvPath, overwrite, func(w io.Writer) error {
+		cw := csv.NewWriter(w)
+		cw.WriteAll(res.Table())
+		return cw.Error()
+	})
 }
 
 func evalCompare(c *cli.Context) error {
@@ -211,7 +214,7 @@ func evalCompare(c *cli.Context) error {
 			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE"},
 			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "input", Value: inputs[0]}, {Key: "reference", Value: c.String("reference")}},
 		}
-		if err := report.Write(path, r); err != nil {
+		if err := report.Write(path, r, c.Bool("overwrite")); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", path)

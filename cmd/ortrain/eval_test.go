@@ -73,6 +73,28 @@ lr = 0.05
 		t.Errorf("a second eval into the same place: exit %d, %s; want 2 and no overwrite", code, errOut.String())
 	}
 
+	// An existing report file is refused before anything is written, and
+	// replaced with --overwrite.
+	rep := filepath.Join(root, "mine.html")
+	os.WriteFile(rep, []byte("mine"), 0o644)
+	errOut.Reset()
+	e3 := filepath.Join(root, "e3")
+	if code := run([]string{"ortrain", "eval", "--checkpoint", version, "--out-dir", e3, "--report", rep}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), rep) {
+		t.Errorf("eval --report over an existing file: exit %d, %q; want 2 naming it", code, errOut.String())
+	}
+	if b, _ := os.ReadFile(rep); string(b) != "mine" {
+		t.Error("the refused eval changed the report file")
+	}
+	if _, err := os.Stat(e3); err == nil {
+		t.Error("the refused eval wrote its metrics")
+	}
+	if code := run([]string{"ortrain", "eval", "--checkpoint", version, "--out-dir", e3, "--report", rep, "--overwrite"}, &out, &errOut); code != 0 {
+		t.Errorf("eval --report --overwrite: exit %d, %s", code, errOut.String())
+	}
+	if b, _ := os.ReadFile(rep); !strings.Contains(string(b), "</html>") {
+		t.Error("eval --overwrite did not write the report")
+	}
+
 	// A model with 5 inputs instead of 4: the checkpoint does not fit it.
 	other := filepath.Join(root, "other")
 	g := graph.New("wide", 17)

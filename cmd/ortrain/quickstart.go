@@ -89,7 +89,7 @@ func quickstart(c *cli.Context) error {
 	}
 	r.MetricOrder = []string{"PSNR", "SSIM", "MS-SSIM", "MAE"}
 	out := filepath.Join(run, "report.html")
-	if err := report.Write(out, r); err != nil {
+	if err := report.Write(out, r, true); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "report: %s (%s in all)\n", out, time.Since(start).Round(time.Second))

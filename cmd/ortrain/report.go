@@ -41,7 +41,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			if err := report.Write(out, r); err != nil {
+			if err := report.Write(out, r, c.Bool("overwrite")); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.App.Writer, "wrote %s\n", out)

@@ -78,7 +78,7 @@ func TestDemo(t *testing.T) {
 	if out == "" {
 		out = t.TempDir() + "/report.html"
 	}
-	if err := Write(out, r); err != nil {
+	if err := Write(out, r, true); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", out)

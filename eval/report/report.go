@@ -15,11 +15,11 @@ import (
 	"image"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Report is everything one report shows. Sections with no content are left
@@ -112,44 +112,12 @@ func Render(w io.Writer, r Report) error {
 	return page.Execute(w, m)
 }
 
-// Write renders r into the file at path atomically: the page goes to a
-// temporary file in the same directory, is synced, and is renamed over
-// path, so readers see either the old report or the whole new one.
-func Write(path string, r Report) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
+// Write renders r into the file at path atomically (safefile): readers
+// see the old report, none, or the whole new one. An existing file is
+// replaced only with overwrite.
+func Write(path string, r Report, overwrite bool) error {
+	if err := safefile.Write(path, overwrite, func(w io.Writer) error { return Render(w, r) }); err != nil {
 		return fmt.Errorf("report: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = Render(f, r); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	// Sync the directory so the rename itself survives a crash.
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
-	}
-	defer d.Close()
-	if err = d.Sync(); err != nil {
-		return fmt.Errorf("report: syncing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"image/color"
 	"math"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/html"
+
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // testReport returns a report of two phantoms, one anisotropic, with
@@ -332,7 +335,14 @@ func TestWrite(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(path, testReport()); err != nil {
+	var ex *safefile.ExistsError
+	if err := Write(path, testReport(), false); !errors.As(err, &ex) {
+		t.Fatalf("Write over an existing file without overwrite: %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatal("a refused Write changed the file")
+	}
+	if err := Write(path, testReport(), true); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -353,7 +363,7 @@ func TestWrite(t *testing.T) {
 	// A failing render leaves the old file alone and no temporary file.
 	bad := testReport()
 	bad.Volumes[0].Recon = nil
-	if err := Write(path, bad); err == nil {
+	if err := Write(path, bad, true); err == nil {
 		t.Error("Write of a bad report succeeded")
 	}
 	if b2, _ := os.ReadFile(path); !bytes.Equal(b, b2) {
@@ -362,7 +372,7 @@ func TestWrite(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("failed Write left %d entries", len(entries))
 	}
-	if err := Write(filepath.Join(dir, "missing", "r.html"), testReport()); err == nil {
+	if err := Write(filepath.Join(dir, "missing", "r.html"), testReport(), true); err == nil {
 		t.Error("Write into a missing directory succeeded")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/onnxpb"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // OpsetError is a model whose ai.onnx opset ortrain does not read.
@@ -318,7 +319,7 @@ func (g *Graph) Save(path string, opts SaveOptions) error {
 		}
 		m.Graph.Initializer = inits
 		if len(data) > 0 {
-			if err := os.WriteFile(filepath.Join(filepath.Dir(path), dataName), data, 0o644); err != nil {
+			if err := safefile.WriteBytes(filepath.Join(filepath.Dir(path), dataName), true, data); err != nil {
 				return err
 			}
 		}
@@ -327,7 +328,9 @@ func (g *Graph) Save(path string, opts SaveOptions) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	// Never a truncated model under its final name (an export killed
+	// mid-write, a full disk).
+	return safefile.WriteBytes(path, true, b)
 }
 
 // le is the byte order of ONNX raw data.
