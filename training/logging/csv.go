@@ -60,7 +60,8 @@ func OpenCSV(path string, resumeStep int64) (*CSV, error) {
 }
 
 // truncateAfter rewrites path without rows whose step exceeds step, via a
-// temporary file renamed into place.
+// temporary file renamed into place. Rows that do not parse (a row torn by
+// a kill or a full disk) are dropped rather than blocking every resume.
 func truncateAfter(path string, step int64) error {
 	in, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -71,6 +72,8 @@ func truncateAfter(path string, step int64) error {
 	}
 	defer in.Close()
 	r := csv.NewReader(bufio.NewReader(in))
+	r.FieldsPerRecord = -1
+	fields := 0
 	tmp := path + ".tmp"
 	out, err := os.Create(tmp)
 	if err != nil {
@@ -83,19 +86,18 @@ func truncateAfter(path string, step int64) error {
 		if err == io.EOF {
 			break
 		}
+		var pe *csv.ParseError
+		if errors.As(err, &pe) {
+			continue // a torn or garbled row
+		}
 		if err != nil {
 			out.Close()
 			return fmt.Errorf("%s: %w", path, err)
 		}
-		if line > 1 {
-			s, err := strconv.ParseInt(rec[0], 10, 64)
-			if err != nil {
-				out.Close()
-				return fmt.Errorf("%s:%d: step %q is not an integer", path, line, rec[0])
-			}
-			if s > step {
-				continue
-			}
+		if line == 1 {
+			fields = len(rec)
+		} else if s, err := strconv.ParseInt(rec[0], 10, 64); err != nil || len(rec) != fields || s > step {
+			continue
 		}
 		w.Write(rec)
 	}

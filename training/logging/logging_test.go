@@ -204,6 +204,37 @@ func TestCSVResume(t *testing.T) {
 	}
 }
 
+// TestCSVResumeAfterTornRow: a row cut short by a kill or a full disk
+// (here the last one, without its newline) does not block the resume; it
+// is dropped with the rows after the resumed step.
+func TestCSVResumeAfterTornRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "metrics.csv")
+	c, err := OpenCSV(path, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Log(10, map[string]float64{"loss": 1})
+	c.Log(20, map[string]float64{"loss": 0.5})
+	c.Close()
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("30,lo")
+	f.Close()
+	c, err = OpenCSV(path, 20)
+	if err != nil {
+		t.Fatalf("resume after a torn row: %v", err)
+	}
+	c.Log(30, map[string]float64{"loss": 0.3})
+	c.Close()
+	b, _ := os.ReadFile(path)
+	rows, err := csv.NewReader(strings.NewReader(string(b))).ReadAll()
+	if err != nil {
+		t.Fatalf("metrics.csv after the resume: %v\n%s", err, b)
+	}
+	if len(rows) != 4 || rows[3][0] != "30" || rows[3][2] != "0.3" {
+		t.Errorf("rows %v, want the header, steps 10, 20 and the new 30", rows)
+	}
+}
+
 type failing struct{ closed *bool }
 
 func (f failing) Log(int64, map[string]float64) error { return errors.New("disk full") }
