@@ -1,7 +1,8 @@
 // Command ortrain trains and evaluates ONNX models on ONNX Runtime.
 //
 // Each command lives in a file of its own and only parses flags and calls
-// the library packages. Exit codes: 0 done, 1 failed, 2 bad usage or bad input.
+// the library packages. Exit codes: 0 done, 1 failed, 2 bad usage or bad
+// input, 3 a bug in ortrain (a panic, reported with its stack).
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -23,7 +25,15 @@ func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	// A panic is a bug, not a refusal: it must not exit 2 as Go's runtime
+	// does, where scripts read "bad input".
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "ortrain: bug: %v\n%s\nplease report it with the command line\n", r, debug.Stack())
+			code = exitBug
+		}
+	}()
 	app := &cli.App{
 		Writer:    stdout,
 		ErrWriter: stderr,
@@ -51,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "ortrain:", err)
 	return exitCode(err)
 }
+
+// exitBug is the exit code of a panic.
+const exitBug = 3
 
 // usageError is a command line ortrain cannot parse.
 type usageError struct{ error }

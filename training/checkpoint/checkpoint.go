@@ -235,6 +235,9 @@ func readState(dir string) (State, error) {
 	if st.Format < 1 || st.Format > FormatVersion {
 		return st, &CorruptError{Path: path, Msg: fmt.Sprintf("checkpoint format %d; this ortrain reads up to %d", st.Format, FormatVersion)}
 	}
+	if st.Step < 0 || st.Epoch < 0 {
+		return st, &CorruptError{Path: path, Msg: fmt.Sprintf("step %d, epoch %d: negative", st.Step, st.Epoch)}
+	}
 	return st, nil
 }
 

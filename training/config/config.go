@@ -150,6 +150,10 @@ type Trainer struct {
 	// Device is "auto" (first GPU if any, else CPU), "cpu", "cuda" or
 	// "cuda:N". Default "auto".
 	Device string `toml:"device"`
+	// Devices is Lightning's device count. Only 1 is built: data-parallel
+	// training is not, and a larger count is refused rather than run on
+	// one device. 0 (unset) means 1.
+	Devices int `toml:"devices,omitempty"`
 	// MaxEpochs stops after this many epochs; 0 means no epoch limit.
 	MaxEpochs int `toml:"max_epochs"`
 	// MaxSteps stops after this many optimizer steps; 0 means no step limit.

@@ -93,6 +93,9 @@ func TestResolveErrors(t *testing.T) {
 		{"segments exclude blocks", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.segments=[16,16,32]"}, []string{"data.tokens.block_size", "must be 0"}},
 		{"real data needs a path", []string{"data.kind=images", "data.images.size=224"}, []string{"data.train", "images"}},
 		{"both artifacts and recipe", []string{"model.artifacts=/a"}, []string{"model.artifacts", "not both"}},
+		{"nan clip threshold", []string{"trainer.gradient_clip_val=nan"}, []string{"trainer.gradient_clip_val", "not a finite number"}},
+		{"infinite lr", []string{"optimizer.lr=inf"}, []string{"optimizer.lr", "not a finite number"}},
+		{"several devices", []string{"trainer.devices=4"}, []string{"trainer.devices", "data-parallel"}},
 		{"unknown recompute", []string{`model.recompute="layers"`}, []string{"model.recompute", "layers", "blocks"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 	} {

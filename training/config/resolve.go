@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -19,6 +21,9 @@ func (c *Config) Resolve() error {
 	}
 	c.fill()
 	var errs []error
+	for _, key := range nonFinite(reflect.ValueOf(c).Elem(), "") {
+		errs = append(errs, &Error{Source: c.origin[key], Key: key, Msg: "is not a finite number"})
+	}
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, &Error{Source: c.origin[key], Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
@@ -186,6 +191,11 @@ func (c *Config) Resolve() error {
 	if t.Precision == FP32 && c.Runtime.UseTF32 {
 		bad("runtime.use_tf32", "contradicts trainer.precision = \"32\" (strict fp32); use trainer.precision = \"tf32\"")
 	}
+	if t.Devices > 1 {
+		bad("trainer.devices", "%d devices: data-parallel training is not built yet, and ortrain does not run a multi-device configuration on one device; set 1 (and the per-device batch you want)", t.Devices)
+	} else if t.Devices < 0 {
+		bad("trainer.devices", "must be ≥ 1, not %d", t.Devices)
+	}
 	if _, err := ParsePrecision(string(t.Precision)); err != nil {
 		bad("trainer.precision", "%v", err)
 	}
@@ -276,4 +286,39 @@ func (c *Config) fill() {
 	if c.Model.Recompute == autodiff.RecomputeCheap {
 		c.Model.Recompute = "" // the default, spelled as runs before the key hash
 	}
+}
+
+// nonFinite lists the dotted keys of float settings under v that are NaN
+// or infinite (TOML writes them nan and inf): a clip threshold of NaN
+// would clip nothing, silently.
+func nonFinite(v reflect.Value, prefix string) []string {
+	var out []string
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			if !f.IsExported() || name == "" || name == "-" {
+				continue
+			}
+			out = append(out, nonFinite(v.Field(i), prefix+name+".")...)
+		}
+	case reflect.Float32, reflect.Float64:
+		if x := v.Float(); math.IsNaN(x) || math.IsInf(x, 0) {
+			out = append(out, strings.TrimSuffix(prefix, "."))
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			out = append(out, nonFinite(v.Index(i), prefix)...)
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			out = append(out, nonFinite(v.MapIndex(k), prefix+fmt.Sprint(k.Interface())+".")...)
+		}
+	case reflect.Interface:
+		if !v.IsNil() {
+			out = append(out, nonFinite(v.Elem(), prefix)...)
+		}
+	}
+	return out
 }

@@ -25,6 +25,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ortrain/ortrain/ort"
@@ -119,6 +121,9 @@ func New(o Options) (t *Trainer, err error) {
 		return t, err
 	}
 	if t.train, t.val, err = loaders(c, o.Train, o.Val); err != nil {
+		return t, err
+	}
+	if err := checkMonitor(c, t.val != nil); err != nil {
 		return t, err
 	}
 	stepsPerEpoch := max(1, int64(t.train.BatchesPerEpoch()/t.accum))
@@ -532,6 +537,25 @@ func (e *NonFiniteError) Error() string {
 	return fmt.Sprintf("step %d: %s; stopped without applying the update (%s). "+
 		"Lower optimizer.lr, set trainer.gradient_clip_val, or set trainer.skip_nonfinite = true to skip such steps",
 		e.Step, what, last)
+}
+
+// validationMetrics are the metrics validation computes, the only ones
+// trainer.monitor can rank checkpoints or stop early by.
+var validationMetrics = []string{"val/loss"}
+
+// checkMonitor refuses a monitor validation never reports: top-k would
+// keep the newest checkpoints and early stopping never fire, silently.
+func checkMonitor(c *config.Config, validates bool) error {
+	m := c.Trainer.Monitor
+	switch {
+	case m == "":
+		return nil
+	case !slices.Contains(validationMetrics, m):
+		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q is not a metric this run computes at validation (%s)", m, strings.Join(validationMetrics, ", "))}
+	case !validates:
+		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q needs validation data (data.val, or a split of data.train), and this run has none", m)}
+	}
+	return nil
 }
 
 // maxSkipsInARow stops a run that skips every step (skip_nonfinite, or

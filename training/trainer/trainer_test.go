@@ -13,9 +13,11 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/precision"
+	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -366,5 +368,36 @@ func TestNonFiniteWeights(t *testing.T) {
 			loaded.Close()
 		}
 		t.Logf("skip_nonfinite=%s: %v", skip, err)
+	}
+}
+
+// TestMonitorMustExist: a monitor validation never reports, or any
+// monitor without validation data, is refused naming trainer.monitor:
+// top-k would otherwise keep the newest checkpoints, silently.
+func TestMonitorMustExist(t *testing.T) {
+	art := mlpArtifacts(t)
+	for _, c := range []struct {
+		monitor string
+		val     bool
+	}{{"val/psnr", true}, {"val/loss", false}} {
+		cfg := testConfig(t, art, `trainer.monitor="`+c.monitor+`"`)
+		rd, err := rundir.New(filepath.Join(t.TempDir(), "outputs"), cfg.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, _ := cfg.SessionOptions(false)
+		o := Options{Config: cfg, Artifacts: art, Session: opts, Train: newBlobs(96, 1), Dir: rd}
+		if c.val {
+			o.Val = newBlobs(40, 2)
+		}
+		tr, err := New(o)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Key != "trainer.monitor" {
+			t.Errorf("monitor %q, validation %v: %v, want a refusal naming trainer.monitor", c.monitor, c.val, err)
+		}
+		if tr != nil {
+			tr.Close()
+		}
+		rd.Close()
 	}
 }
