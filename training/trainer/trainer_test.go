@@ -268,8 +268,24 @@ func TestFloat16LossScaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.LossScaleInput == "" || m.Precision.Compute != "float16" {
+	if m.LossScaleInput == "" || m.Precision.Compute != "float16" || m.Precision.Master != "float32" {
 		t.Fatalf("manifest precision %+v, loss scale input %q", m.Precision, m.LossScaleInput)
+	}
+	// Master weights, and so gradients and optimizer states (shaped and
+	// typed as their parameter), stay float32.
+	for _, p := range m.Params {
+		if p.DType != "float32" {
+			t.Errorf("parameter %s is %s", p.Name, p.DType)
+		}
+	}
+	og, err := graph.Load(filepath.Join(art, artifacts.OptimizerFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range og.Inputs {
+		if info := og.Info(in); info.Float() && info.DType != ort.Float32 {
+			t.Errorf("optimizer input %s is %s", in, info.DType)
+		}
 	}
 	c := testConfig(t, art, `trainer.precision="16-mixed"`, "trainer.loss_scale_init=16777216", "trainer.loss_scale_growth_interval=3", "trainer.max_steps=40",
 		"trainer.skip_nonfinite=false")
