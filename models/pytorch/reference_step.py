@@ -6,7 +6,11 @@ as safetensors.
     /usr/bin/python3 models/pytorch/reference_step.py OUT_DIR [--model resnet18|patchnet] [--classes 10 --size 64 --batch 4]
 
 resnet18 is torchvision's, exported without a loss (ortrain adds
-cross-entropy with --label-smoothing). patchnet is a small discriminator-like
+cross-entropy with --label-smoothing); vit a small torchvision
+VisionTransformer (2 layers, 2 heads, width 32), exported without a loss
+(ortrain adds cross-entropy). unet3d is a small 3D U-Net with LeakyReLU
+whose loss, the mean squared error against a "target" volume, is inside
+the export (torch 1.13 cannot export F.mse_loss itself). patchnet is a small discriminator-like
 net (LeakyReLU 0.2, GroupNorm, Hardswish, ELU) whose loss, F.cross_entropy,
 is inside the export, as the model's "loss" output.
 
@@ -62,10 +66,28 @@ class PatchNet(torch.nn.Module):
         return self.fc(h.mean(dim=(2, 3)))
 
 
+class UNet3D(torch.nn.Module):
+    """A small 3D U-Net: LeakyReLU 0.2, a strided down-convolution, a
+    transposed up-convolution and a skip connection by concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Conv3d(1, 4, 3, padding=1)
+        self.down = torch.nn.Conv3d(4, 8, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose3d(8, 4, 2, stride=2)
+        self.out = torch.nn.Conv3d(8, 1, 3, padding=1)
+
+    def forward(self, x):
+        e = F.leaky_relu(self.enc(x), 0.2)
+        d = F.leaky_relu(self.down(e), 0.2)
+        u = F.leaky_relu(self.up(d), 0.2)
+        return self.out(torch.cat([u, e], dim=1))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--model", choices=["resnet18", "patchnet"], default="resnet18")
+    p.add_argument("--model", choices=["resnet18", "patchnet", "vit", "unet3d"], default="resnet18")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=4)
@@ -77,7 +99,30 @@ def main():
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, a.classes, (a.batch,))
     path = os.path.join(a.out, "model.onnx")
-    if a.model == "patchnet":
+    if a.model == "unet3d":
+        model = UNet3D()
+        x = torch.randn(a.batch, 1, a.size, a.size, a.size)
+        y = torch.randn(a.batch, 1, a.size, a.size, a.size)
+        ox.export(model, {"images": x}, path, loss=lambda out, t: ((out - t) ** 2).mean(), targets={"target": y}, output_names=["recon"])
+        model.train()
+        model.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        tensors = {"images": x, "target": y, "loss": loss.detach().reshape(())}
+        for name, prm in model.named_parameters():
+            tensors["grad." + name] = prm.grad
+        write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
+        print("loss", float(loss))
+        return
+    if a.model == "vit":
+        model = torchvision.models.VisionTransformer(image_size=a.size, patch_size=8, num_layers=2, num_heads=2,
+                                                     hidden_dim=32, mlp_dim=64, num_classes=a.classes)
+        # torchvision zeroes the head, which would zero every other
+        # gradient: a random head makes the comparison reach the encoder.
+        torch.nn.init.normal_(model.heads.head.weight, std=0.5)
+        ox.export(model, {"images": x}, path, output_names=["logits"])
+        smoothing = 0.0
+    elif a.model == "patchnet":
         model = PatchNet(a.classes)
         ox.export(model, {"images": x}, path, loss=lambda out, t: F.cross_entropy(out, t),
                   targets={"target": y}, output_names=["logits"])

@@ -51,6 +51,23 @@ func TestCrossEntropyInsideModelMatchesAutograd(t *testing.T) {
 		artifacts.Options{Loss: "output:loss"}, 10)
 }
 
+// TestViTMatchesAutograd: torchvision's VisionTransformer (its attention
+// splits q, k, v with Slices whose bounds the export computes from
+// shapes) builds once its input size is fixed (--input-shape
+// images=4x3x32x32: the shape arithmetic then folds to constants) and
+// matches PyTorch autograd within the ResNet-18 tolerance.
+func TestViTMatchesAutograd(t *testing.T) {
+	matchAutograd(t, "vit", []string{"--classes", "5", "--size", "32", "--batch", "4"},
+		artifacts.Options{Loss: "cross_entropy", InputShapes: map[string][]int64{"images": {4, 3, 32, 32}}}, 32)
+}
+
+// TestUNet3DMatchesAutograd: a 3D U-Net with LeakyReLU 0.2, a strided
+// Conv3d, a ConvTranspose3d and a concatenated skip, its MSE loss inside
+// the export; same tolerance.
+func TestUNet3DMatchesAutograd(t *testing.T) {
+	matchAutograd(t, "unet3d", []string{"--size", "8", "--batch", "2"}, artifacts.Options{Loss: "output:loss"}, 8)
+}
+
 // matchAutograd runs reference_step.py for model, builds ortrain's
 // artifacts from its export with opts, runs one training step on the CPU
 // on the batch PyTorch used, and compares the loss and the gradient of

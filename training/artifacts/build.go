@@ -95,6 +95,7 @@ func Build(opts Options) (*Manifest, error) {
 	if err := fixShapes(g, opts.InputShapes); err != nil {
 		return nil, err
 	}
+	g.FoldShapes()
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
 		return nil, err
 	}

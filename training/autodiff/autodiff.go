@@ -91,7 +91,7 @@ type RuleError struct {
 func (e *RuleError) Error() string {
 	msg := fmt.Sprintf("autodiff: gradient of %s: %v", e.Node, e.Err)
 	if s := e.Err.Error(); strings.Contains(s, "static") || strings.Contains(s, "known") || strings.Contains(s, "fixed") {
-		msg += "; fix the model's input sizes with --input-shape NAME=D1,D2,... (config [model.input_shapes]), -1 keeping a dimension free"
+		msg += "; fix the model's input sizes with --input-shape NAME=D1xD2x... (config [model.input_shapes]), -1 keeping a dimension free"
 	}
 	return msg
 }
