@@ -158,6 +158,12 @@ var moreCases = []fdCase{
 	{name: "Resize/linear-3d-trilinear", dtype: f32, ins: ins(normal, s(1, 2, 2, 3, 3)), build: resize(nil, fs(1, 1, 2, 2, 2), "linear", "pytorch_half_pixel", "")},
 	{name: "Resize/linear-2d-align-corners", dtype: f32, ins: ins(normal, s(2, 1, 3, 4)), build: resize(s(2, 1, 5, 7), nil, "linear", "align_corners", "")},
 	{name: "Resize/linear-2d-downsample", dtype: f32, ins: ins(normal, s(1, 2, 6, 4)), build: resize(nil, fs(1, 1, 0.5, 0.5), "linear", "half_pixel", "")},
+	{name: "Resize/linear-2d-downsample-0.6", dtype: f32, ins: ins(normal, s(1, 1, 10, 5)), build: resize(nil, fs(1, 1, 0.6, 0.6), "linear", "half_pixel", "")},
+	{name: "Resize/linear-2d-downsample-pytorch", dtype: f32, ins: ins(normal, s(1, 2, 6, 4)), build: resize(nil, fs(1, 1, 0.5, 0.5), "linear", "pytorch_half_pixel", "")},
+	{name: "Resize/linear-2d-downsample-asymmetric", dtype: f32, ins: ins(normal, s(1, 2, 6, 4)), build: resize(nil, fs(1, 1, 0.5, 0.5), "linear", "asymmetric", "")},
+	{name: "Resize/linear-2d-downsample-sizes", dtype: f32, ins: ins(normal, s(1, 1, 7, 6)), build: resize(s(1, 1, 3, 4), nil, "linear", "half_pixel", "")},
+	{name: "Resize/linear-3d-downsample", dtype: f32, ins: ins(normal, s(1, 1, 4, 6, 4)), build: resize(nil, fs(1, 1, 0.5, 0.5, 0.5), "linear", "pytorch_half_pixel", "")},
+	{name: "Resize/linear-2d-downsample-align", dtype: f32, ins: ins(normal, s(1, 1, 7, 5)), build: resize(s(1, 1, 4, 3), nil, "linear", "align_corners", "")},
 	{name: "Resize/nearest-2d-sizes-round", dtype: f32, ins: ins(normal, s(1, 1, 5, 3)), build: resize(s(1, 1, 7, 8), nil, "nearest", "half_pixel", "round_prefer_floor")},
 	{name: "Resize/nearest-1d-ceil", dtype: f32, ins: ins(normal, s(2, 2, 4)), build: resize(nil, fs(1, 1, 2.5), "nearest", "tf_half_pixel_for_nn", "ceil")},
 }
