@@ -42,6 +42,7 @@ const (
 	unit                // U(-0.8, 0.8), inside the domain of asin, acos, atanh
 	aboveOne            // U(1.2, 3), inside acosh's
 	wide                // |x| in [0, 2.3] or [3.5, 5], random sign: both sides of kinks at ±0.5..±3
+	zeroFirst           // away, but the first element exactly 0 (a product's zero)
 )
 
 type in struct {
@@ -97,6 +98,11 @@ func fill(r *rand.Rand, g gen, n int) []float64 {
 			v[i] = -0.8 + 1.6*r.Float64()
 		case aboveOne:
 			v[i] = 1.2 + 1.8*r.Float64()
+		case zeroFirst:
+			v[i] = 0.2 + 0.8*r.Float64()
+			if i == 0 {
+				v[i] = 0
+			}
 		case wide:
 			v[i] = 2.3 * r.Float64()
 			if r.IntN(2) == 0 {

@@ -129,9 +129,44 @@ func init() {
 			return b.Mul(spread(b, n, dy), b.Exp(b.Sub(x(n), spread(b, n, y(n)))))
 		}),
 		"GlobalMaxPool": unary(globalMaxGrad),
+		"ReduceProd":    unary(reduceProdGrad),
 	} {
 		rules[op] = r
 	}
+}
+
+// reduceProdGrad: each element's gradient is the product of the others
+// in its slice, as PyTorch computes it: y/x where the slice holds no
+// zero, the product of the rest at a slice's only zero, and 0 elsewhere
+// (two zeros or more make every such product 0).
+func reduceProdGrad(b *B, n *N, dy string) string {
+	xv := x(n)
+	axes, ok := b.G.ReduceAxes(n)
+	if !ok {
+		return b.Fail("axes must be constant and non-empty unless reducing everything")
+	}
+	zero, one := b.ScalarLike(dy, 0), b.ScalarLike(dy, 1)
+	isZero := b.Equal(xv, zero)
+	keep := func(v string) string { // reduced over axes, kept as size-1 dims
+		if len(axes) == 0 {
+			return b.ReduceSum(v, true)
+		}
+		return b.ReduceSum(v, true, axes...)
+	}
+	nonzero := b.Where(isZero, one, xv)
+	var prodRest string
+	if len(axes) == 0 {
+		prodRest = b.Op("ReduceProd", []string{nonzero}, graph.AInt("keepdims", 1))
+	} else if b.G.Opset >= 18 {
+		prodRest = b.Op("ReduceProd", []string{nonzero, b.Ints(axes...)}, graph.AInt("keepdims", 1))
+	} else {
+		prodRest = b.Op("ReduceProd", []string{nonzero}, graph.AInt("keepdims", 1), graph.AInts("axes", axes))
+	}
+	zeros := keep(b.Cast(isZero, b.Info(dy).DType))
+	none := b.Equal(zeros, zero)
+	single := b.And(b.Equal(zeros, one), isZero)
+	g := b.Where(none, b.Div(b.ExpandLike(prodRest, xv), nonzero), b.Where(single, b.ExpandLike(prodRest, xv), b.ZerosLike(xv)))
+	return b.Mul(spread(b, n, dy), g)
 }
 
 // sqrt1m is √(1 - x²).

@@ -54,6 +54,14 @@ var actCases = []fdCase{
 	}},
 	{name: "ReduceLogSum/axis", dtype: f64, ins: ins(positive, s(2, 3, 4)), build: reduceAttr("ReduceLogSum", 1, 2)},
 	{name: "ReduceLogSumExp/axis", dtype: f64, ins: ins(normal, s(2, 3, 4)), build: reduceAttr("ReduceLogSumExp", 0, 1)},
+	{name: "ReduceProd/axis", dtype: f64, ins: ins(positive, s(2, 3, 2)), build: reduceAttr("ReduceProd", 0, 1)},
+	{name: "ReduceProd/all-keep", dtype: f64, ins: ins(away, s(2, 3)), build: reduceAttr("ReduceProd", 1)},
+	{name: "ReduceProd/one-zero", dtype: f64, ins: ins(zeroFirst, s(2, 3)), build: reduceAttr("ReduceProd", 1, 1)},
+	{name: "ReduceProd/with-zeros", dtype: f64, ins: ins(away, s(2, 3)), build: func(b *graph.Builder, x []string) string {
+		// Row 0 meets one zero, row 1 two: products of the rest, and 0.
+		z := b.Const(graph.Float64s("", s(2, 2), []float64{0, 1, 0, 0}))
+		return b.Op("ReduceProd", []string{b.Op("Concat", []string{x[0], z}, ai("axis", 1))}, ai("keepdims", 0), ais("axes", s(1)))
+	}},
 	{name: "GlobalMaxPool/2d", dtype: f32, ins: ins(distinct, s(2, 3, 3, 4)), build: op("GlobalMaxPool")},
 	{name: "GlobalMaxPool/3d", dtype: f32, ins: ins(distinct, s(1, 2, 2, 3, 2)), build: op("GlobalMaxPool")},
 }
