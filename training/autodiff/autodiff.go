@@ -44,7 +44,7 @@ var nonDiff = map[string]string{
 	"Ceil": "piecewise constant: zero gradient almost everywhere", "Round": "piecewise constant: zero gradient almost everywhere",
 	"ConstantOfShape": "reads only a shape", "Range": "reads only scalars that set a length", "EyeLike": "reads only a shape",
 	"OneHot": "piecewise constant in its indices", "Constant": "no inputs",
-	"Hardmax": "piecewise constant: a one-hot of the maximum",
+	"Hardmax":      "piecewise constant: a one-hot of the maximum",
 	"RandomNormal": "random, no inputs", "RandomUniform": "random, no inputs",
 	"RandomNormalLike": "random: reads only the input's shape and type", "RandomUniformLike": "random: reads only the input's shape and type",
 	"Bernoulli": "random draw (piecewise constant in the probabilities)", "Multinomial": "random draw (index output)",

@@ -35,14 +35,14 @@ var tolerances = map[ort.DType]struct{ h, atol, rtol float64 }{
 type gen int
 
 const (
-	normal   gen = iota // N(0,1)
-	positive            // U(0.5, 2), for Log, Sqrt, divisors, Pow bases
-	away                // |x| in [0.2, 1] with random sign, away from kinks
-	distinct            // a shuffled ramp with steps of 0.1, no ties
-	unit                // U(-0.8, 0.8), inside the domain of asin, acos, atanh
-	aboveOne            // U(1.2, 3), inside acosh's
-	wide                // |x| in [0, 2.3] or [3.5, 5], random sign: both sides of kinks at ±0.5..±3
-	zeroFirst           // away, but the first element exactly 0 (a product's zero)
+	normal    gen = iota // N(0,1)
+	positive             // U(0.5, 2), for Log, Sqrt, divisors, Pow bases
+	away                 // |x| in [0.2, 1] with random sign, away from kinks
+	distinct             // a shuffled ramp with steps of 0.1, no ties
+	unit                 // U(-0.8, 0.8), inside the domain of asin, acos, atanh
+	aboveOne             // U(1.2, 3), inside acosh's
+	wide                 // |x| in [0, 2.3] or [3.5, 5], random sign: both sides of kinks at ±0.5..±3
+	zeroFirst            // away, but the first element exactly 0 (a product's zero)
 )
 
 type in struct {
