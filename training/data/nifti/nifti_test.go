@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -333,4 +334,40 @@ func FuzzDecode(f *testing.F) {
 type byteOrder interface {
 	binary.ByteOrder
 	binary.AppendByteOrder
+}
+
+// TestHugeHeaderInTinyGzip: a few hundred bytes of gzip whose header claims
+// 2048³ float32 voxels (32 GiB) and whose trailer agrees with it (the
+// inflated size modulo 2^32 is the header's 352 bytes) is refused as
+// truncated, naming the full path, without reserving the 32 GiB: deflate
+// cannot inflate that file past ~1032 times its size.
+func TestHugeHeaderInTinyGzip(t *testing.T) {
+	h := Header{}
+	h.Dim = [8]int64{3, 2, 2, 2, 1, 1, 1, 1}
+	var buf bytes.Buffer
+	if err := Encode("x", &buf, h, make([]float32, 8)); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()[:352]
+	for i := range 3 {
+		binary.LittleEndian.PutUint16(b[42+2*i:], 2048)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(b)
+	zw.Close()
+	path := filepath.Join(t.TempDir(), "huge.nii.gz")
+	if err := os.WriteFile(path, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Read(path)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("%d bytes claiming 32 GiB: %v, want a truncation naming %s", gz.Len(), err, path)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("reading it allocated %d MB", grew>>20)
+	}
 }

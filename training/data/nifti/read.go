@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 )
 
 // Volume is a NIfTI volume: its header and its voxels as float32, x varying
@@ -26,7 +25,17 @@ func Read(path string) (*Volume, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return decode(filepath.Base(path), r, exact, isize)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// Deflate inflates at most ~1032:1: a gzip file of this size cannot
+	// hold more, whatever its header and trailer say.
+	limit := int64(-1)
+	if exact < 0 {
+		limit = st.Size()*1032 + 1<<16
+	}
+	return decode(path, r, exact, isize, limit)
 }
 
 // ReadHeader reads only the header of a .nii or .nii.gz file: what planning
@@ -37,12 +46,12 @@ func ReadHeader(path string) (Header, error) {
 		return Header{}, err
 	}
 	defer f.Close()
-	return readHeader(filepath.Base(path), r)
+	return readHeader(path, r)
 }
 
 // Decode reads a NIfTI stream (already inflated); name is used in errors.
 func Decode(name string, r io.Reader) (*Volume, error) {
-	return decode(name, bufio.NewReader(r), -1, -1)
+	return decode(name, bufio.NewReader(r), -1, -1, -1)
 }
 
 // open opens path and, for gzip, an inflating reader. exact is the number
@@ -73,7 +82,7 @@ func open(path string) (f *os.File, r *bufio.Reader, exact, isize int64, err err
 	zr, err := gzip.NewReader(br)
 	if err != nil {
 		f.Close()
-		return nil, nil, 0, 0, fmt.Errorf("%s: gzip: %w", filepath.Base(path), err)
+		return nil, nil, 0, 0, fmt.Errorf("%s: gzip: %w", path, err)
 	}
 	return f, bufio.NewReaderSize(zr, 1<<16), -1, isize, nil
 }
@@ -104,8 +113,9 @@ func streamErr(name string, err error, short string) error {
 	return fmt.Errorf("%s: %w", name, err)
 }
 
-// decode reads header and data; exact and isize are as open returns them.
-func decode(name string, r *bufio.Reader, exact, isize int64) (*Volume, error) {
+// decode reads header and data; exact and isize are as open returns them,
+// limit the most inflated bytes the source can hold (-1: unknown).
+func decode(name string, r *bufio.Reader, exact, isize, limit int64) (*Volume, error) {
 	h, err := readHeader(name, r)
 	if err != nil {
 		return nil, err
@@ -123,11 +133,12 @@ func decode(name string, r *bufio.Reader, exact, isize int64) (*Volume, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	// Allocate all at once when the size is known or the gzip trailer
-	// agrees with the header; otherwise grow with the data so that a header
-	// claiming gigabytes in a short file fails before it allocates them.
+	// Allocate all at once when the size is known, or the gzip trailer
+	// agrees with the header and the compressed size can hold that much;
+	// otherwise grow with the data, so that a header claiming gigabytes in
+	// a short file fails (truncated) before it allocates them.
 	prealloc := min(vox, 1<<20)
-	if exact >= 0 || isize == (h.VoxOffset+need)&0xffffffff {
+	if exact >= 0 || isize == (h.VoxOffset+need)&0xffffffff && (limit < 0 || h.VoxOffset+need <= limit) {
 		prealloc = vox
 	}
 	data := make([]float32, 0, prealloc)
