@@ -47,6 +47,9 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 	g := New(gp.GetName(), opset)
 	g.Domains = domains
 	for _, t := range gp.GetInitializer() {
+		if _, err := checkTensor(t); err != nil {
+			return nil, err
+		}
 		g.AddInitializer(t)
 	}
 	for _, vi := range gp.GetInput() {
@@ -183,9 +186,13 @@ func Load(path string) (*Graph, error) {
 		return nil, fmt.Errorf("graph: %s is not an ONNX model: %w", path, err)
 	}
 	if err := LoadExternal(m, filepath.Dir(path)); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return FromModel(m)
+	g, err := FromModel(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return g, nil
 }
 
 // ExternalPathError is an external data location outside the model's folder.
@@ -256,6 +263,18 @@ func LoadExternal(m *onnxpb.ModelProto, dir string) error {
 		if err != nil {
 			return err
 		}
+		want, err := checkTensor(t)
+		if err != nil {
+			return err
+		}
+		// Stat before opening: opening a FIFO would block for a writer.
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if !st.Mode().IsRegular() {
+			return &TensorError{t.GetName(), fmt.Sprintf("external data %s is not a regular file", path)}
+		}
 		f := files[path]
 		if f == nil {
 			if f, err = os.Open(path); err != nil {
@@ -263,12 +282,14 @@ func LoadExternal(m *onnxpb.ModelProto, dir string) error {
 			}
 			files[path] = f
 		}
-		want := Numel(t) * int64(ort.DType(t.GetDataType()).Size())
 		if length < 0 {
 			length = want
 		}
 		if length != want {
-			return fmt.Errorf("graph: tensor %q: external length %d, but its type and shape need %d bytes", t.GetName(), length, want)
+			return &TensorError{t.GetName(), fmt.Sprintf("external length %d, but its type and shape need %d bytes", length, want)}
+		}
+		if off < 0 || off > st.Size() || length > st.Size()-off {
+			return &TensorError{t.GetName(), fmt.Sprintf("external data at %d+%d runs past the end of %s (%d bytes)", off, length, path, st.Size())}
 		}
 		buf := make([]byte, length)
 		if _, err := f.ReadAt(buf, off); err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -69,5 +71,52 @@ func TestUnsupportedOpset(t *testing.T) {
 	var oe *OpsetError
 	if _, err := FromModel(m); !errors.As(err, &oe) || !oe.BadInput() {
 		t.Errorf("opset 11: err = %v, want OpsetError", err)
+	}
+}
+
+// TestHostileInitializers: initializers whose claims do not hold are bad
+// input naming the tensor and the file, before anything is allocated for
+// them: a negative dimension, dimensions whose product overflows, more or
+// fewer values than the dimensions hold, external data past the end of
+// its file or in a FIFO (which would block a reader forever).
+func TestHostileInitializers(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "w.bin"), make([]byte, 16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.bin"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ext := func(loc string, dims ...int64) *onnxpb.TensorProto {
+		return &onnxpb.TensorProto{Name: proto.String("w"), DataType: proto.Int32(int32(ort.Float32)), Dims: dims,
+			DataLocation: onnxpb.TensorProto_EXTERNAL.Enum(),
+			ExternalData: []*onnxpb.StringStringEntryProto{{Key: proto.String("location"), Value: proto.String(loc)}}}
+	}
+	for name, init := range map[string]*onnxpb.TensorProto{
+		"negative dimension": {Name: proto.String("w"), DataType: proto.Int32(int32(ort.Float32)), Dims: []int64{2, -3}},
+		"overflowing dims":   {Name: proto.String("w"), DataType: proto.Int32(int32(ort.Float32)), Dims: []int64{1 << 40, 1 << 40}, RawData: []byte{}},
+		"too many values":    {Name: proto.String("w"), DataType: proto.Int32(int32(ort.Float32)), Dims: []int64{2}, FloatData: []float32{1, 2, 3}},
+		"too few raw bytes":  {Name: proto.String("w"), DataType: proto.Int32(int32(ort.Float32)), Dims: []int64{1 << 30}, RawData: []byte{1, 2}},
+		"past the file end":  ext("w.bin", 1<<30),
+		"a FIFO":             ext("fifo.bin", 2),
+	} {
+		g := New("t", EmitOpset)
+		g.AddInitializer(init)
+		g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{2}})
+		b := NewBuilder(g, "")
+		g.Outputs = []string{b.Neg("x")}
+		m := g.ToModel()
+		m.Graph.Initializer = []*onnxpb.TensorProto{init}
+		raw, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "m.onnx")
+		os.WriteFile(path, raw, 0o644)
+		_, err = Load(path)
+		var te *TensorError
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `"w"`) {
+			t.Errorf("%s: %v, want a TensorError naming the tensor and %s", name, err, path)
+		}
 	}
 }

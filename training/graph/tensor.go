@@ -179,3 +179,59 @@ func FloatData(t *onnxpb.TensorProto) ([]float64, error) {
 	}
 	return nil, fmt.Errorf("graph: tensor %q is not a floating tensor", t.GetName())
 }
+
+// TensorError is an initializer whose facts do not hold together.
+type TensorError struct {
+	Name, Msg string
+}
+
+func (e *TensorError) Error() string { return fmt.Sprintf("graph: initializer %q: %s", e.Name, e.Msg) }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *TensorError) BadInput() bool { return true }
+
+// checkTensor checks what an initializer claims before anything is
+// allocated for it: dimensions ≥ 0 whose product fits, and inline data of
+// exactly the size the shape needs (for the element types ortrain reads).
+// External data is checked where it is read.
+func checkTensor(t *onnxpb.TensorProto) (bytes int64, err error) {
+	bad := func(format string, args ...any) error { return &TensorError{t.GetName(), fmt.Sprintf(format, args...)} }
+	size := int64(ort.DType(t.GetDataType()).Size()) // 0 for types ortrain does not read
+	n := int64(1)
+	for _, d := range t.GetDims() {
+		if d < 0 {
+			return 0, bad("negative dimension %d in %v", d, t.GetDims())
+		}
+		if d > 0 && n > math.MaxInt64/d/max(size, 1) {
+			return 0, bad("dimensions %v overflow", t.GetDims())
+		}
+		n *= d
+	}
+	if t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL || size == 0 {
+		return n * size, nil
+	}
+	have := int64(-1)
+	switch {
+	case t.RawData != nil:
+		if int64(len(t.RawData)) != n*size {
+			return 0, bad("%d bytes of raw data, its type and dimensions %v need %d", len(t.RawData), t.GetDims(), n*size)
+		}
+		return n * size, nil
+	case len(t.GetFloatData()) > 0:
+		have = int64(len(t.GetFloatData()))
+	case len(t.GetDoubleData()) > 0:
+		have = int64(len(t.GetDoubleData()))
+	case len(t.GetInt64Data()) > 0:
+		have = int64(len(t.GetInt64Data()))
+	case len(t.GetInt32Data()) > 0:
+		have = int64(len(t.GetInt32Data()))
+	case len(t.GetUint64Data()) > 0:
+		have = int64(len(t.GetUint64Data()))
+	default:
+		have = 0
+	}
+	if have != n {
+		return 0, bad("%d values, its dimensions %v hold %d", have, t.GetDims(), n)
+	}
+	return n * size, nil
+}
