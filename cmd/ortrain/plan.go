@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,7 +21,8 @@ state, the data paths and sample counts, the batch and learning-rate
 arithmetic with the LR at a few steps, the run length, the validation and
 checkpoint cadence, and the loader's host-memory plan. Parts that need the
 data say why they are unknown when it is not there. Exit 0 for a valid
-configuration (even without data), 2 for a bad one.
+configuration (even without data), 2 for a bad one or one train would refuse
+(a loader over data.memory_limit or, with 0, over the machine's memory).
 
 Examples:
    ortrain plan --preset vqgan3d-h200
@@ -41,9 +44,14 @@ Examples:
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
-				return enc.Encode(p)
+				err = enc.Encode(p)
+			} else {
+				err = p.WriteText(c.App.Writer)
 			}
-			return p.WriteText(c.App.Writer)
+			if err == nil && len(p.Refusals) > 0 {
+				err = usageError{fmt.Errorf("train would refuse this configuration: %s", strings.Join(p.Refusals, "; "))}
+			}
+			return err
 		},
 	}
 }

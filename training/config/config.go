@@ -90,7 +90,8 @@ type Data struct {
 	// Prefetch is the number of batches each worker prepares ahead. Default 2.
 	Prefetch int `toml:"prefetch"`
 	// MemoryLimit caps the memory of loader caches and queues, in bytes or
-	// as "8GiB"; 0 means no limit.
+	// as "8GiB"; 0 means the machine's physical memory, so that a batch
+	// or prefetch too large for it is refused before it is allocated.
 	MemoryLimit ByteSize `toml:"memory_limit"`
 	// DropLast drops the last incomplete batch of an epoch. Default false.
 	DropLast bool `toml:"drop_last"`

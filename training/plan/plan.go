@@ -56,6 +56,8 @@ type Plan struct {
 	// Warnings are what would make `ortrain train` fail or misbehave with
 	// this configuration and data (a loader plan over data.memory_limit...).
 	Warnings []string `json:"warnings,omitempty"`
+	// Refusals are what train would refuse; plan exits 2 on any.
+	Refusals []string `json:"refusals,omitempty"`
 }
 
 // CUDA is the CUDA execution provider's settings ([runtime]), present
@@ -171,8 +173,10 @@ type Loader struct {
 	BatchBytes int64 `json:"batch_bytes"`
 	CacheBytes int64 `json:"cache_bytes"`
 	TotalBytes int64 `json:"total_bytes"`
-	// Limit is data.memory_limit; 0 means none.
-	Limit int64 `json:"limit"`
+	// Limit is data.memory_limit, or the machine's memory when that is 0
+	// (LimitIsRAM).
+	Limit      int64 `json:"limit"`
+	LimitIsRAM bool  `json:"limit_is_ram,omitempty"`
 	// Estimated is true when the dataset could not be opened and the sizes
 	// come from the configuration (data shapes and the cache rule).
 	Estimated bool `json:"estimated"`
@@ -398,7 +402,8 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 		pd.Unopened = fmt.Sprintf("data.val = %s does not exist", d.Val)
 	}
 	lc := trainer.LoaderConfig(c, true)
-	p.Loader = Loader{Workers: lc.Workers, Prefetch: lc.Prefetch, Buffers: lc.Workers + lc.Prefetch + 1, Limit: int64(d.MemoryLimit)}
+	p.Loader = Loader{Workers: lc.Workers, Prefetch: lc.Prefetch, Buffers: lc.Workers + lc.Prefetch + 1, Limit: lc.MaxBytes,
+		LimitIsRAM: d.MemoryLimit == 0}
 	if pd.Unopened == "" {
 		train, val, err := trainer.Datasets(c, m)
 		if err != nil {
@@ -448,10 +453,16 @@ func (p *Plan) loader(c *config.Config, train data.Dataset) {
 }
 
 func (p *Plan) overLimit() {
-	if l := p.Loader; l.Limit > 0 && l.TotalBytes > l.Limit {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("the loader needs %s, over data.memory_limit = %s: train would refuse to start; lower data.num_workers, data.prefetch or data.batch_size, or raise the limit",
-			data.FormatBytes(l.TotalBytes), data.FormatBytes(l.Limit)))
+	l := p.Loader
+	if l.Limit <= 0 || l.TotalBytes <= l.Limit {
+		return
 	}
+	what := "data.memory_limit = " + data.FormatBytes(l.Limit)
+	if l.LimitIsRAM {
+		what = "this machine's memory (" + data.FormatBytes(l.Limit) + "; data.memory_limit = 0)"
+	}
+	p.Refusals = append(p.Refusals, fmt.Sprintf("the loader needs %s, over %s: train would refuse to start; lower data.num_workers, data.prefetch or data.batch_size",
+		data.FormatBytes(l.TotalBytes), what))
 }
 
 // specBytes is the size of one sample.

@@ -115,12 +115,13 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if l.CacheBytes > 0 {
 			cache = " + cache " + data.FormatBytes(l.CacheBytes)
 		}
-		verdict := "no limit"
-		if l.Limit > 0 {
-			verdict = "limit " + data.FormatBytes(l.Limit) + ": fits"
-			if l.TotalBytes > l.Limit {
-				verdict = "limit " + data.FormatBytes(l.Limit) + ": OVER"
-			}
+		bound := "limit"
+		if l.LimitIsRAM {
+			bound = "machine memory"
+		}
+		verdict := bound + " " + data.FormatBytes(l.Limit) + ": fits"
+		if l.TotalBytes > l.Limit {
+			verdict = bound + " " + data.FormatBytes(l.Limit) + ": OVER"
 		}
 		row("loader", "(%d workers + %d prefetch + 1) × %s per batch%s = %s host memory%s; %s",
 			l.Workers, l.Prefetch, data.FormatBytes(l.BatchBytes), cache, data.FormatBytes(l.TotalBytes), est, verdict)
@@ -130,6 +131,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	for _, n := range p.Warnings {
 		row("WARNING", "%s", n)
+	}
+	for _, n := range p.Refusals {
+		row("REFUSED", "%s", n)
 	}
 	return tw.Flush()
 }

@@ -457,8 +457,8 @@ func loaders(c *config.Config, train, val data.Dataset) (*data.Loader, *data.Loa
 func LoaderConfig(c *config.Config, train bool) data.Config {
 	d := c.Data
 	limit := int64(d.MemoryLimit)
-	if limit == 0 { // data.memory_limit = 0: no limit
-		limit = math.MaxInt64
+	if limit == 0 { // data.memory_limit = 0: the machine's memory
+		limit = data.PhysicalMemory()
 	}
 	// num_workers = 0 (load on the training goroutine) runs one worker:
 	// the loader always loads ahead.
