@@ -200,7 +200,7 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 		}
 	}
 	if opts.Device.CUDA {
-		keys, values := opts.cudaProviderOptions()
+		keys, values := opts.CUDAProviderOptions()
 		ck, cv := cStrings(keys), cStrings(values)
 		err := check(C.ortrain_append_cuda(so, &ck[0], &cv[0], C.size_t(len(keys))))
 		freeCStrings(ck)

@@ -76,7 +76,7 @@ func (s *Session) memoryInfos() error {
 }
 
 func memoryInfo(d Device) (*C.OrtMemoryInfo, error) {
-	name := C.CString(d.memoryInfoName())
+	name := C.CString(d.MemoryInfoName())
 	defer C.free(unsafe.Pointer(name))
 	var m *C.OrtMemoryInfo
 	err := check(C.ortrain_memory_info(name, C.int(d.ID), 0, &m))

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/ortrain/ortrain/dtype"
 )
 
 // maxRank bounds the dimensions ortrain reads back from a tensor.
@@ -201,10 +203,4 @@ func (v *Value) Close() {
 }
 
 // Numel returns the number of elements of a shape; 1 for a scalar.
-func Numel(shape []int64) int64 {
-	n := int64(1)
-	for _, d := range shape {
-		n *= d
-	}
-	return n
-}
+func Numel(shape []int64) int64 { return dtype.Numel(shape) }

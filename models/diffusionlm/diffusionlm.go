@@ -42,8 +42,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models/internal/nn"
-	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -235,10 +235,10 @@ func Build(c Config) (*graph.Graph, error) {
 	H := int64(c.Heads)
 	dh := d / H
 	dims := []string{"batch", ""}
-	xt := n.Input(NoisyIDs, ort.Int64, []int64{-1, L}, dims)
-	x0 := n.Input(InputIDs, ort.Int64, []int64{-1, L}, dims)
-	tt := n.Input(T, ort.Float32, []int64{-1, L}, dims)
-	lm := n.Input(LossMask, ort.Uint8, []int64{-1, L}, dims)
+	xt := n.Input(NoisyIDs, dtype.Int64, []int64{-1, L}, dims)
+	x0 := n.Input(InputIDs, dtype.Int64, []int64{-1, L}, dims)
+	tt := n.Input(T, dtype.Float32, []int64{-1, L}, dims)
+	lm := n.Input(LossMask, dtype.Uint8, []int64{-1, L}, dims)
 
 	init := nn.Normal(0.02)
 	// GPT-2 scales the projections that write into the residual stream by
@@ -261,7 +261,7 @@ func Build(c Config) (*graph.Graph, error) {
 	}
 	h = b.Add(h, pe)
 	mask := n.Constant(graph.Float32s("", []int64{2 * L, 2 * L}, c.AttentionMask()))
-	scale := b.Scalar(ort.Float32, 1/math.Sqrt(float64(dh)))
+	scale := b.Scalar(dtype.Float32, 1/math.Sqrt(float64(dh)))
 	heads := func(x string) string { // [B, 2L, d] -> [B, H, 2L, dh]
 		return b.Transpose(b.Reshape(x, b.Ints(0, 2*L, H, dh)), 0, 2, 1, 3)
 	}
@@ -296,9 +296,9 @@ func Build(c Config) (*graph.Graph, error) {
 	lse := b.Add(b.Squeeze(mx, 2), b.Log(b.ReduceSum(b.Exp(b.Sub(Logits, mx)), false, 2)))
 	tgt := b.ReduceSum(b.Mul(hx, b.Op("Gather", []string{out, x0}, graph.AInt("axis", 0))), false, 2)
 	nll := b.Sub(lse, tgt) // [B, L]
-	masked := b.Cast(b.Equal(xt, b.Const(graph.Int64s("", nil, []int64{int64(c.MaskToken)}))), ort.Float32)
+	masked := b.Cast(b.Equal(xt, b.Const(graph.Int64s("", nil, []int64{int64(c.MaskToken)}))), dtype.Float32)
 	num := b.ReduceSum(b.Div(b.Mul(nll, masked), tt), false)
-	den := b.Max(b.ReduceSum(b.Cast(lm, ort.Float32), false), b.Scalar(ort.Float32, 1))
+	den := b.Max(b.ReduceSum(b.Cast(lm, dtype.Float32), false), b.Scalar(dtype.Float32, 1))
 	b.OpInto(Loss, "Div", []string{num, den})
 	n.G.Outputs = []string{Loss, Logits}
 	if b.Err != nil {

@@ -23,8 +23,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models/internal/nn"
-	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -164,9 +164,9 @@ func Build(c Config) (*graph.Graph, error) {
 	C, S := int64(c.Channels), int64(c.ImageSize)
 	x := ""
 	if c.Layout == "NHWC" {
-		x = b.Transpose(n.Input(Input, ort.Float32, []int64{-1, S, S, C}, []string{"batch", "", "", ""}), 0, 3, 1, 2)
+		x = b.Transpose(n.Input(Input, dtype.Float32, []int64{-1, S, S, C}, []string{"batch", "", "", ""}), 0, 3, 1, 2)
 	} else {
-		x = n.Input(Input, ort.Float32, []int64{-1, C, S, S}, []string{"batch", "", "", ""})
+		x = n.Input(Input, dtype.Float32, []int64{-1, C, S, S}, []string{"batch", "", "", ""})
 	}
 	conv := func(name, x string, cin, cout, k, stride int64) string {
 		return n.Conv(name, x, cin, cout, k, stride, k/2, false, nn.KaimingNormalFanOut)

@@ -38,8 +38,8 @@ package vqgan
 import (
 	"fmt"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models/internal/nn"
-	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -220,7 +220,7 @@ func Build(c Config) (*graph.Graph, error) {
 	w := func(i int) int64 { return ch * int64(c.ChannelMult[i]) }
 	top := w(L - 1)
 	D, H, W := int64(c.PatchSize[0]), int64(c.PatchSize[1]), int64(c.PatchSize[2])
-	x := m.Input(Input, ort.Float32, []int64{-1, in, D, H, W}, []string{"batch", "", "", "", ""})
+	x := m.Input(Input, dtype.Float32, []int64{-1, in, D, H, W}, []string{"batch", "", "", "", ""})
 
 	// Encoder.
 	h := m.conv("encoder.conv_in", x, in, ch, 3, 1)
@@ -272,7 +272,7 @@ func Build(c Config) (*graph.Graph, error) {
 	b.OpInto(Recon, "Identity", []string{m.conv("decoder.conv_out", m.SiLU(m.norm("decoder.norm_out", h, w(0))), w(0), in, 3, 1)})
 
 	b.OpInto(RecLoss, "Identity", []string{b.ReduceMean(b.Abs(b.Sub(x, Recon)), false)})
-	b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), b.Mul(b.Scalar(ort.Float32, c.Beta), CommitLoss)})
+	b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), b.Mul(b.Scalar(dtype.Float32, c.Beta), CommitLoss)})
 	m.G.Outputs = []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}
 	if b.Err != nil {
 		return nil, b.Err

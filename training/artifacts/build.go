@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/loss"
@@ -44,10 +44,10 @@ type Options struct {
 	// than keeps (autodiff.RecomputePolicies); "" is the default, cheap.
 	Recompute string
 	// Precision (--precision) is the low precision of mixed-precision
-	// training, ort.BFloat16 or ort.Float16; zero is float32 throughout.
+	// training, dtype.BFloat16 or dtype.Float16; zero is float32 throughout.
 	// Probe says which kernels the target device has (required with a
 	// low precision).
-	Precision ort.DType
+	Precision dtype.DType
 	Probe     *precision.Probe
 	// InputShapes (--input-shape NAME=D1xD2x...) fixes the sizes of the
 	// model's inputs, -1 keeping a dimension free: rules that need static
@@ -357,8 +357,8 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	// float16 gradients underflow: the backward starts from the loss
 	// times the loss scale, which the optimizer's grad_scale divides out.
 	seed := loss.Name
-	if m.Precision.Compute == ort.Float16.String() {
-		g.AddInput(LossScale, graph.Info{DType: ort.Float32, Known: true, Shape: []int64{}})
+	if m.Precision.Compute == dtype.Float16.String() {
+		g.AddInput(LossScale, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{}})
 		seed = graph.NewBuilder(g, "scale/").Mul(loss.Name, LossScale)
 		m.LossScaleInput = LossScale
 	}
@@ -384,7 +384,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	if _, err := autodiff.Recompute(g, forward, keep, data, m.Recompute); err != nil {
 		return nil, err
 	}
-	g.AddInput(Reset, graph.Info{DType: ort.Bool, Known: true, Shape: []int64{}})
+	g.AddInput(Reset, graph.Info{DType: dtype.Bool, Known: true, Shape: []int64{}})
 	b := graph.NewBuilder(g, "acc/")
 	outs := []string{loss.Name}
 	for _, p := range trainable {

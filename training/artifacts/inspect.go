@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/memplan"
@@ -159,7 +160,7 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 	// parameter's shape); all are double-buffered but frozen parameters.
 	size := func(v string) int64 {
 		info := c.Info(v)
-		return ort.Numel(info.Shape) * int64(info.DType.Size())
+		return dtype.Numel(info.Shape) * int64(info.DType.Size())
 	}
 	state := map[string]bool{}
 	r := &MemoryReport{Batch: batch}

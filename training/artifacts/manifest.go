@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/optim"
 )
@@ -41,7 +41,7 @@ const Reset = "reset"
 const LossScale = "loss_scale"
 
 // Tensor describes a graph input or state tensor: element type name as
-// ort.DType writes it, dimensions with -1 where not fixed, and the symbolic
+// dtype.DType writes it, dimensions with -1 where not fixed, and the symbolic
 // names of those dimensions ("" where none).
 type Tensor struct {
 	Name     string   `json:"name"`
@@ -157,7 +157,7 @@ type Manifest struct {
 func (m *Manifest) ParamCount() int64 {
 	var n int64
 	for _, p := range m.Params {
-		n += ort.Numel(p.Shape)
+		n += dtype.Numel(p.Shape)
 	}
 	return n
 }

@@ -9,7 +9,7 @@
 package config
 
 import (
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/ortopt"
 )
 
 // Config is a whole training configuration.
@@ -317,25 +317,25 @@ func (c *Config) IsSet(key string) bool { return c.set[key] }
 
 // SessionOptions turns the trainer device and [runtime] table into ONNX
 // Runtime session options. Device "auto" picks GPU 0 when gpuAvailable.
-func (c *Config) SessionOptions(gpuAvailable bool) (ort.Options, error) {
-	dev := ort.CPU
+func (c *Config) SessionOptions(gpuAvailable bool) (ortopt.Options, error) {
+	dev := ortopt.CPU
 	switch c.Trainer.Device {
 	case "auto":
 		if gpuAvailable {
-			dev = ort.CUDADevice(0)
+			dev = ortopt.CUDADevice(0)
 		}
 	default:
-		d, err := ort.ParseDevice(c.Trainer.Device)
+		d, err := ortopt.ParseDevice(c.Trainer.Device)
 		if err != nil {
-			return ort.Options{}, &Error{Key: "trainer.device", Msg: err.Error()}
+			return ortopt.Options{}, &Error{Key: "trainer.device", Msg: err.Error()}
 		}
 		dev = d
 	}
 	r := c.Runtime
-	o := ort.Options{
+	o := ortopt.Options{
 		Device: dev,
-		CPU:    ort.CPUOptions{IntraOpThreads: r.IntraOpThreads, InterOpThreads: r.InterOpThreads},
-		CUDA: ort.CUDAOptions{
+		CPU:    ortopt.CPUOptions{IntraOpThreads: r.IntraOpThreads, InterOpThreads: r.InterOpThreads},
+		CUDA: ortopt.CUDAOptions{
 			UseTF32:             r.UseTF32,
 			ConvAlgoSearch:      r.CudnnConvAlgoSearch,
 			GPUMemLimit:         int64(r.GPUMemLimit),
@@ -345,7 +345,7 @@ func (c *Config) SessionOptions(gpuAvailable bool) (ort.Options, error) {
 		},
 	}
 	if err := o.Validate(); err != nil {
-		return ort.Options{}, &Error{Key: "runtime", Msg: err.Error()}
+		return ortopt.Options{}, &Error{Key: "runtime", Msg: err.Error()}
 	}
 	return o, nil
 }

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/ortopt"
 	"github.com/ortrain/ortrain/training/autodiff"
 )
 
@@ -133,7 +133,7 @@ func (c *Config) Resolve() error {
 	// [trainer]
 	t := c.Trainer
 	if t.Device != "auto" {
-		if _, err := ort.ParseDevice(t.Device); err != nil {
+		if _, err := ortopt.ParseDevice(t.Device); err != nil {
 			bad("trainer.device", "%q is not \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"", t.Device)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
@@ -100,7 +100,7 @@ func (b *Builder) Ints(v ...int64) string {
 }
 
 // Scalar is a rank-0 constant of a floating type.
-func (b *Builder) Scalar(dt ort.DType, v float64) string {
+func (b *Builder) Scalar(dt dtype.DType, v float64) string {
 	t, err := Floats("", dt, nil, []float64{v})
 	if err != nil {
 		return b.Fail("%w", err)
@@ -178,7 +178,7 @@ func (b *Builder) Min(x, y string) string { return b.Op("Min", []string{x, y}) }
 func (b *Builder) Max(x, y string) string { return b.Op("Max", []string{x, y}) }
 
 // Cast converts x to another element type.
-func (b *Builder) Cast(x string, to ort.DType) string {
+func (b *Builder) Cast(x string, to dtype.DType) string {
 	return b.Op("Cast", []string{x}, AInt("to", int64(to)))
 }
 
@@ -318,7 +318,7 @@ func (b *Builder) ReduceSumTo(g, target string) string {
 // Numel returns, as a rank-0 value of dt, the product of x's dimensions
 // along axes (all when none are given): a constant when they are static,
 // read from Shape at run time otherwise.
-func (b *Builder) Numel(x string, dt ort.DType, axes ...int64) string {
+func (b *Builder) Numel(x string, dt dtype.DType, axes ...int64) string {
 	xi := b.Info(x)
 	if !xi.Known {
 		return b.Fail("graph: rank of %s unknown", x)

@@ -3,7 +3,7 @@ package graph
 import (
 	"slices"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 )
 
 // FoldShapes replaces the integer shape arithmetic that exporters emit
@@ -23,14 +23,14 @@ func (g *Graph) FoldShapes() int {
 			return intConst{}, false
 		}
 		k := intConst{dims: slices.Clone(t.Dims)}
-		switch ort.DType(t.GetDataType()) {
-		case ort.Int64:
+		switch dtype.DType(t.GetDataType()) {
+		case dtype.Int64:
 			v, err := IntData(t)
 			if err != nil {
 				return intConst{}, false
 			}
 			k.v = v
-		case ort.Bool:
+		case dtype.Bool:
 			raw, err := RawBytes(t)
 			if err != nil {
 				return intConst{}, false
@@ -79,7 +79,7 @@ func (g *Graph) FoldShapes() int {
 			for k, x := range out.v {
 				raw[k] = byte(x)
 			}
-			t = Raw("", ort.Bool, out.dims, raw)
+			t = Raw("", dtype.Bool, out.dims, raw)
 		}
 		c := &Node{Op: "Constant", Name: n.Name, Outputs: n.Outputs, Attrs: []*Attr{ATensor("value", t)}}
 		g.Nodes[i] = c
@@ -225,7 +225,7 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 		fill := int64(0)
 		if a := n.Attr("value"); a != nil && a.GetT() != nil {
 			t := a.GetT()
-			if ort.DType(t.GetDataType()) != ort.Int64 {
+			if dtype.DType(t.GetDataType()) != dtype.Int64 {
 				return out, false
 			}
 			fv, err := IntData(t)
@@ -242,7 +242,7 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 		}
 		return intConst{v: v, dims: []int64{in[0].v[0]}}, true
 	case "Cast":
-		if n.Int("to", 0) == int64(ort.Int64) {
+		if n.Int("to", 0) == int64(dtype.Int64) {
 			return in[0], true
 		}
 	case "Slice":

@@ -23,7 +23,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
@@ -37,7 +37,7 @@ const (
 // Info is what is statically known about a value: its element type and, when
 // Known, its rank and dimensions (-1 where a dimension is not fixed).
 type Info struct {
-	DType ort.DType
+	DType dtype.DType
 	Known bool
 	Shape []int64
 }
@@ -58,7 +58,7 @@ func (i Info) Static() bool {
 // Float reports whether the type carries gradients.
 func (i Info) Float() bool {
 	switch i.DType {
-	case ort.Float32, ort.Float64, ort.Float16, ort.BFloat16:
+	case dtype.Float32, dtype.Float64, dtype.Float16, dtype.BFloat16:
 		return true
 	}
 	return false
@@ -258,7 +258,7 @@ func (g *Graph) AddInitializer(t *onnxpb.TensorProto) {
 	if dims == nil {
 		dims = []int64{}
 	}
-	g.Infos[name] = Info{DType: ort.DType(t.GetDataType()), Known: true, Shape: dims}
+	g.Infos[name] = Info{DType: dtype.DType(t.GetDataType()), Known: true, Shape: dims}
 }
 
 // RemoveInitializer drops a constant tensor (to make it an input instead).

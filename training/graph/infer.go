@@ -3,7 +3,7 @@ package graph
 import (
 	"slices"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 )
 
 // infer sets the facts of n's outputs from its inputs' facts. Ops it does not
@@ -28,7 +28,7 @@ func (g *Graph) infer(n *Node) {
 	}
 	x := in(0)
 	same := func() { set(0, x) }
-	shaped := func(dt ort.DType, shape []int64) { set(0, Info{DType: dt, Known: true, Shape: shape}) }
+	shaped := func(dt dtype.DType, shape []int64) { set(0, Info{DType: dt, Known: true, Shape: shape}) }
 	switch n.Op {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
@@ -42,10 +42,10 @@ func (g *Graph) infer(n *Node) {
 			set(2, in(4))
 		}
 		if n.Op == "Dropout" && len(n.Outputs) > 1 {
-			set(1, Info{DType: ort.Bool, Known: x.Known, Shape: x.Shape})
+			set(1, Info{DType: dtype.Bool, Known: x.Known, Shape: x.Shape})
 		}
 	case "Cast":
-		set(0, Info{DType: ort.DType(n.Int("to", 0)), Known: x.Known, Shape: x.Shape})
+		set(0, Info{DType: dtype.DType(n.Int("to", 0)), Known: x.Known, Shape: x.Shape})
 	case "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Where":
 		infos := make([]Info, len(n.Inputs))
 		for i := range n.Inputs {
@@ -54,7 +54,7 @@ func (g *Graph) infer(n *Node) {
 		dt := x.DType
 		switch n.Op {
 		case "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or":
-			dt = ort.Bool
+			dt = dtype.Bool
 		case "Where":
 			dt = in(1).DType
 		}
@@ -264,12 +264,12 @@ func (g *Graph) infer(n *Node) {
 			g.shapeOf[n.Output(0)] = n.Input(0)
 		}
 		if x.Known {
-			shaped(ort.Int64, []int64{int64(len(x.Shape))})
+			shaped(dtype.Int64, []int64{int64(len(x.Shape))})
 		} else {
-			set(0, Info{DType: ort.Int64, Known: true, Shape: []int64{-1}})
+			set(0, Info{DType: dtype.Int64, Known: true, Shape: []int64{-1}})
 		}
 	case "Size":
-		shaped(ort.Int64, []int64{})
+		shaped(dtype.Int64, []int64{})
 	case "Unsqueeze", "Squeeze":
 		var axes []int64
 		var ok bool
@@ -324,9 +324,9 @@ func (g *Graph) infer(n *Node) {
 			set(0, Info{DType: x.DType})
 		}
 	case "ConstantOfShape":
-		dt := ort.Float32
+		dt := dtype.Float32
 		if a := n.Attr("value"); a != nil && a.GetT() != nil {
-			dt = ort.DType(a.GetT().GetDataType())
+			dt = dtype.DType(a.GetT().GetDataType())
 		}
 		if s, ok := g.ConstInts(n.Input(0)); ok {
 			shaped(dt, s)
@@ -345,7 +345,7 @@ func (g *Graph) infer(n *Node) {
 			if d == nil {
 				d = []int64{}
 			}
-			shaped(ort.DType(t.GetDataType()), d)
+			shaped(dtype.DType(t.GetDataType()), d)
 		}
 	case "Gather":
 		idx := in(1)
@@ -362,7 +362,7 @@ func (g *Graph) infer(n *Node) {
 	case "Resize", "Pad", "Einsum", "OneHot":
 		g.inferMore(n)
 	case "IsNaN", "IsInf":
-		set(0, Info{DType: ort.Bool, Known: x.Known, Shape: slices.Clone(x.Shape)})
+		set(0, Info{DType: dtype.Bool, Known: x.Known, Shape: slices.Clone(x.Shape)})
 	case "TopK", "Tile", "DepthToSpace", "SpaceToDepth", "GatherND":
 		g.inferRearrange(n)
 	case "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss":
@@ -452,7 +452,7 @@ func (g *Graph) infer(n *Node) {
 		set(0, Info{DType: x.DType, Known: true, Shape: []int64{-1}})
 	case "ArgMax", "ArgMin":
 		if !x.Known {
-			set(0, Info{DType: ort.Int64})
+			set(0, Info{DType: dtype.Int64})
 			break
 		}
 		ax := int(n.Int("axis", 0))
@@ -465,7 +465,7 @@ func (g *Graph) infer(n *Node) {
 		} else {
 			s = slices.Delete(s, ax, ax+1)
 		}
-		shaped(ort.Int64, s)
+		shaped(dtype.Int64, s)
 	}
 }
 
@@ -487,7 +487,7 @@ func (g *Graph) inferWindow(n *Node) {
 	out := func(s []int64) {
 		g.Infos[n.Output(0)] = Info{DType: x.DType, Known: s != nil, Shape: s}
 		if n.Op == "MaxPool" && n.Output(1) != "" {
-			g.Infos[n.Output(1)] = Info{DType: ort.Int64, Known: s != nil, Shape: s}
+			g.Infos[n.Output(1)] = Info{DType: dtype.Int64, Known: s != nil, Shape: s}
 		}
 	}
 	if !x.Known || len(x.Shape) < 3 {

@@ -5,14 +5,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 )
 
 // inferMore handles Resize, Pad, Einsum and OneHot, whose output shapes
 // follow from constant inputs or an equation.
 func (g *Graph) inferMore(n *Node) {
 	x := g.Infos[n.Input(0)]
-	set := func(dt ort.DType, s []int64) {
+	set := func(dt dtype.DType, s []int64) {
 		g.Infos[n.Output(0)] = Info{DType: dt, Known: s != nil, Shape: s}
 	}
 	switch n.Op {
@@ -157,7 +157,7 @@ func ParseEinsum(eq string) (ops []string, out string, ok bool) {
 // attributes; an unknown one leaves the output shape unknown.
 func (g *Graph) inferRearrange(n *Node) {
 	x := g.Infos[n.Input(0)]
-	out := func(i int, dt ort.DType, s []int64) {
+	out := func(i int, dt dtype.DType, s []int64) {
 		if o := n.Output(i); o != "" {
 			g.Infos[o] = Info{DType: dt, Known: s != nil, Shape: s}
 		}
@@ -165,7 +165,7 @@ func (g *Graph) inferRearrange(n *Node) {
 	if !x.Known {
 		out(0, x.DType, nil)
 		if n.Op == "TopK" {
-			out(1, ort.Int64, nil)
+			out(1, dtype.Int64, nil)
 		}
 		return
 	}
@@ -179,12 +179,12 @@ func (g *Graph) inferRearrange(n *Node) {
 		}
 		if !ok || len(k) != 1 || ax < 0 || ax >= int64(len(s)) {
 			out(0, x.DType, nil)
-			out(1, ort.Int64, nil)
+			out(1, dtype.Int64, nil)
 			return
 		}
 		s[ax] = k[0]
 		out(0, x.DType, s)
-		out(1, ort.Int64, slices.Clone(s))
+		out(1, dtype.Int64, slices.Clone(s))
 	case "Tile":
 		reps, ok := g.ConstInts(n.Input(1))
 		if !ok || len(reps) != len(s) {

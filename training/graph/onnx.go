@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 	"github.com/ortrain/ortrain/training/safefile"
 )
@@ -96,7 +96,7 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 
 func infoOf(vi *onnxpb.ValueInfoProto) (Info, []string) {
 	tt := vi.GetType().GetTensorType()
-	info := Info{DType: ort.DType(tt.GetElemType())}
+	info := Info{DType: dtype.DType(tt.GetElemType())}
 	if tt.GetShape() == nil {
 		return info, nil
 	}

@@ -7,13 +7,13 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
 // Raw builds a tensor from little-endian raw bytes.
-func Raw(name string, dtype ort.DType, dims []int64, raw []byte) *onnxpb.TensorProto {
-	return &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(dtype)), Dims: dims, RawData: raw}
+func Raw(name string, dt dtype.DType, dims []int64, raw []byte) *onnxpb.TensorProto {
+	return &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(dt)), Dims: dims, RawData: raw}
 }
 
 // Float32s builds a float32 tensor; nil dims is a scalar.
@@ -22,7 +22,7 @@ func Float32s(name string, dims []int64, v []float32) *onnxpb.TensorProto {
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 	}
-	return Raw(name, ort.Float32, dims, raw)
+	return Raw(name, dtype.Float32, dims, raw)
 }
 
 // Float64s builds a float64 tensor; nil dims is a scalar.
@@ -31,7 +31,7 @@ func Float64s(name string, dims []int64, v []float64) *onnxpb.TensorProto {
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(raw[8*i:], math.Float64bits(x))
 	}
-	return Raw(name, ort.Float64, dims, raw)
+	return Raw(name, dtype.Float64, dims, raw)
 }
 
 // Int64s builds an int64 tensor; nil dims is a scalar.
@@ -40,40 +40,40 @@ func Int64s(name string, dims []int64, v []int64) *onnxpb.TensorProto {
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(raw[8*i:], uint64(x))
 	}
-	return Raw(name, ort.Int64, dims, raw)
+	return Raw(name, dtype.Int64, dims, raw)
 }
 
 // Floats builds a tensor of the given floating type from float64 values,
 // rounding to float16 or bfloat16 where asked.
-func Floats(name string, dtype ort.DType, dims []int64, v []float64) (*onnxpb.TensorProto, error) {
-	switch dtype {
-	case ort.Float32:
+func Floats(name string, dt dtype.DType, dims []int64, v []float64) (*onnxpb.TensorProto, error) {
+	switch dt {
+	case dtype.Float32:
 		f := make([]float32, len(v))
 		for i, x := range v {
 			f[i] = float32(x)
 		}
 		return Float32s(name, dims, f), nil
-	case ort.Float64:
+	case dtype.Float64:
 		return Float64s(name, dims, v), nil
-	case ort.Float16, ort.BFloat16:
+	case dtype.Float16, dtype.BFloat16:
 		raw := make([]byte, 2*len(v))
 		for i, x := range v {
 			var h uint16
-			if dtype == ort.Float16 {
-				h = uint16(ort.ToFloat16(float32(x)))
+			if dt == dtype.Float16 {
+				h = uint16(dtype.ToFloat16(float32(x)))
 			} else {
-				h = uint16(ort.ToBFloat16(float32(x)))
+				h = uint16(dtype.ToBFloat16(float32(x)))
 			}
 			binary.LittleEndian.PutUint16(raw[2*i:], h)
 		}
-		return Raw(name, dtype, dims, raw), nil
+		return Raw(name, dt, dims, raw), nil
 	}
-	return nil, fmt.Errorf("graph: no floating constant of type %v", dtype)
+	return nil, fmt.Errorf("graph: no floating constant of type %v", dt)
 }
 
 // Numel returns the element count of a tensor.
 func Numel(t *onnxpb.TensorProto) int64 {
-	return ort.Numel(t.GetDims())
+	return dtype.Numel(t.GetDims())
 }
 
 // RawBytes returns a tensor's data as little-endian bytes, whichever field
@@ -85,7 +85,7 @@ func RawBytes(t *onnxpb.TensorProto) ([]byte, error) {
 	if t.RawData != nil {
 		return t.RawData, nil
 	}
-	dt := ort.DType(t.GetDataType())
+	dt := dtype.DType(t.GetDataType())
 	n := Numel(t)
 	size := dt.Size()
 	if size == 0 {
@@ -93,19 +93,19 @@ func RawBytes(t *onnxpb.TensorProto) ([]byte, error) {
 	}
 	raw := make([]byte, int(n)*size)
 	switch dt {
-	case ort.Float32:
+	case dtype.Float32:
 		for i, x := range t.GetFloatData() {
 			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 		}
-	case ort.Float64:
+	case dtype.Float64:
 		for i, x := range t.GetDoubleData() {
 			binary.LittleEndian.PutUint64(raw[8*i:], math.Float64bits(x))
 		}
-	case ort.Int64:
+	case dtype.Int64:
 		for i, x := range t.GetInt64Data() {
 			binary.LittleEndian.PutUint64(raw[8*i:], uint64(x))
 		}
-	case ort.Int32, ort.Int8, ort.Uint8, ort.Bool, ort.Float16, ort.BFloat16:
+	case dtype.Int32, dtype.Int8, dtype.Uint8, dtype.Bool, dtype.Float16, dtype.BFloat16:
 		// ONNX stores these widened to int32 in int32_data.
 		for i, x := range t.GetInt32Data() {
 			switch size {
@@ -129,14 +129,14 @@ func IntData(t *onnxpb.TensorProto) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch ort.DType(t.GetDataType()) {
-	case ort.Int64:
+	switch dtype.DType(t.GetDataType()) {
+	case dtype.Int64:
 		v := make([]int64, len(raw)/8)
 		for i := range v {
 			v[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
 		}
 		return v, nil
-	case ort.Int32:
+	case dtype.Int32:
 		v := make([]int64, len(raw)/4)
 		for i := range v {
 			v[i] = int64(int32(binary.LittleEndian.Uint32(raw[4*i:])))
@@ -152,27 +152,27 @@ func FloatData(t *onnxpb.TensorProto) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch ort.DType(t.GetDataType()) {
-	case ort.Float32:
+	switch dtype.DType(t.GetDataType()) {
+	case dtype.Float32:
 		v := make([]float64, len(raw)/4)
 		for i := range v {
 			v[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
 		}
 		return v, nil
-	case ort.Float64:
+	case dtype.Float64:
 		v := make([]float64, len(raw)/8)
 		for i := range v {
 			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
 		}
 		return v, nil
-	case ort.Float16, ort.BFloat16:
+	case dtype.Float16, dtype.BFloat16:
 		v := make([]float64, len(raw)/2)
 		for i := range v {
 			h := binary.LittleEndian.Uint16(raw[2*i:])
-			if ort.DType(t.GetDataType()) == ort.Float16 {
-				v[i] = float64(ort.Float16Bits(h).Float32())
+			if dtype.DType(t.GetDataType()) == dtype.Float16 {
+				v[i] = float64(dtype.Float16Bits(h).Float32())
 			} else {
-				v[i] = float64(ort.BFloat16Bits(h).Float32())
+				v[i] = float64(dtype.BFloat16Bits(h).Float32())
 			}
 		}
 		return v, nil
@@ -196,7 +196,7 @@ func (e *TensorError) BadInput() bool { return true }
 // External data is checked where it is read.
 func checkTensor(t *onnxpb.TensorProto) (bytes int64, err error) {
 	bad := func(format string, args ...any) error { return &TensorError{t.GetName(), fmt.Sprintf(format, args...)} }
-	size := int64(ort.DType(t.GetDataType()).Size()) // 0 for types ortrain does not read
+	size := int64(dtype.DType(t.GetDataType()).Size()) // 0 for types ortrain does not read
 	n := int64(1)
 	for _, d := range t.GetDims() {
 		if d < 0 {

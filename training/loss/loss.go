@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -79,7 +79,7 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 	pi := g.Info(pred)
 	b := graph.NewBuilder(g, "loss/")
 	if spec.Kind == Output {
-		if !pi.Known || !pi.Float() || ort.Numel(pi.Shape) != 1 || pi.Rank() < 0 {
+		if !pi.Known || !pi.Float() || dtype.Numel(pi.Shape) != 1 || pi.Rank() < 0 {
 			return nil, &autodiff.LossError{Name: pred, Info: pi}
 		}
 		if pred == Name && pi.Rank() == 0 {
@@ -117,7 +117,7 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 		}
 		c := pi.Shape[1]
 		lshape := append([]int64{pi.Shape[0]}, pi.Shape[2:]...)
-		g.AddInput(Target, graph.Info{DType: ort.Int64, Known: true, Shape: lshape})
+		g.AddInput(Target, graph.Info{DType: dtype.Int64, Known: true, Shape: lshape})
 		if d := g.Dims[pred]; len(d) > 0 {
 			g.Dims[Target] = append([]string{d[0]}, d[min(2, len(d)):]...)
 		}

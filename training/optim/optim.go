@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"path"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -140,7 +140,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		return nil, nil, &Error{"no trainable parameters"}
 	}
 	g := graph.New("optimizer", graph.EmitOpset)
-	scalar := graph.Info{DType: ort.Float32, Known: true, Shape: []int64{}}
+	scalar := graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{}}
 	for _, s := range []string{LR, Step, GradScale, ClipNorm} {
 		g.AddInput(s, scalar)
 	}
@@ -155,20 +155,20 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		g.AddInput(p.Name, p.Info)
 		g.AddInput(GradName(p.Name), p.Info)
 		grads[i] = b.Mul(GradName(p.Name), like(b, GradScale, p))
-		sq = append(sq, b.Cast(b.ReduceSum(b.Mul(grads[i], grads[i]), false), ort.Float32))
+		sq = append(sq, b.Cast(b.ReduceSum(b.Mul(grads[i], grads[i]), false), dtype.Float32))
 	}
 	norm := b.Sqrt(b.Sum(sq...))
 	b.OpInto(GradNorm, "Identity", []string{norm})
-	one := b.Scalar(ort.Float32, 1)
-	clipped := b.Min(one, b.Div(ClipNorm, b.Add(norm, b.Scalar(ort.Float32, 1e-6))))
-	factor := b.Where(b.Greater(ClipNorm, b.Scalar(ort.Float32, 0)), clipped, one)
+	one := b.Scalar(dtype.Float32, 1)
+	clipped := b.Min(one, b.Div(ClipNorm, b.Add(norm, b.Scalar(dtype.Float32, 1e-6))))
+	factor := b.Where(b.Greater(ClipNorm, b.Scalar(dtype.Float32, 0)), clipped, one)
 
 	var bc1, bc2 string
 	var zeros []string
 	if c.Kind == AdamW {
 		// 1 - beta^step, the bias corrections, shared by all parameters.
-		bc1 = b.Sub(one, b.Pow(b.Scalar(ort.Float32, c.Beta1), Step))
-		bc2 = b.Sub(one, b.Pow(b.Scalar(ort.Float32, c.Beta2), Step))
+		bc1 = b.Sub(one, b.Pow(b.Scalar(dtype.Float32, c.Beta1), Step))
+		bc2 = b.Sub(one, b.Pow(b.Scalar(dtype.Float32, c.Beta2), Step))
 	}
 	for i, p := range params {
 		gr := b.Mul(grads[i], like(b, factor, p))
@@ -212,7 +212,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		b.OpInto(Out(p.Name), "Identity", []string{next})
 		// 0·w is 0 for finite w and NaN for ±Inf or NaN: the sum is 0
 		// exactly when every new weight is finite, whatever their size.
-		zeros = append(zeros, b.Cast(b.ReduceSum(b.Mul(next, k(0)), false), ort.Float32))
+		zeros = append(zeros, b.Cast(b.ReduceSum(b.Mul(next, k(0)), false), dtype.Float32))
 	}
 	b.OpInto(UpdateFinite, "Not", []string{b.Op("IsNaN", []string{b.Sum(zeros...)})})
 	if b.Err != nil {
@@ -230,7 +230,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 
 // like casts a float32 scalar to the parameter's type when they differ.
 func like(b *graph.Builder, v string, p Param) string {
-	if p.Info.DType == ort.Float32 {
+	if p.Info.DType == dtype.Float32 {
 		return v
 	}
 	return b.Cast(v, p.Info.DType)

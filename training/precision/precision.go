@@ -28,7 +28,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -105,11 +105,11 @@ func typed(n *graph.Node) []int {
 
 // Kernels reports whether the device has a kernel for n with its typed
 // float inputs in dt.
-type Kernels func(n *graph.Node, dt ort.DType) bool
+type Kernels func(n *graph.Node, dt dtype.DType) bool
 
 // Options configure Autocast.
 type Options struct {
-	Low ort.DType // ort.BFloat16 or ort.Float16
+	Low dtype.DType // dtype.BFloat16 or dtype.Float16
 	// Weights are the graph inputs that hold weights (parameters, frozen
 	// parameters, buffers); the other inputs are the batch.
 	Weights map[string]bool
@@ -143,12 +143,12 @@ func (r Report) String() string {
 // Autocast rewrites g in place as described in the package comment.
 func Autocast(g *graph.Graph, o Options) (Report, error) {
 	var rep Report
-	if o.Low != ort.BFloat16 && o.Low != ort.Float16 {
+	if o.Low != dtype.BFloat16 && o.Low != dtype.Float16 {
 		return rep, fmt.Errorf("precision: low precision must be bfloat16 or float16, not %s", o.Low)
 	}
 	has := o.Kernels
 	if has == nil {
-		has = func(*graph.Node, ort.DType) bool { return true }
+		has = func(*graph.Node, dtype.DType) bool { return true }
 	}
 	noKernel := map[string]bool{}
 	// activation: values computed from the batch; the rest are weights
@@ -157,14 +157,14 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 	for _, in := range g.Inputs {
 		activation[in] = !o.Weights[in]
 	}
-	typ := func(v string) ort.DType { return g.Info(v).DType }
+	typ := func(v string) dtype.DType { return g.Info(v).DType }
 	// up maps a float32 value made by an exact Cast of a low one back to
 	// it, so that a low reader takes the low value itself.
 	up := map[string]string{}
 	casts := map[[2]string]string{} // (value, type) → cast
 	var out []*graph.Node
 	emit := func(n *graph.Node) { out = append(out, n) }
-	castTo := func(v string, dt ort.DType) string {
+	castTo := func(v string, dt dtype.DType) string {
 		if typ(v) == dt {
 			return v
 		}
@@ -183,7 +183,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		g.Infos[c] = info
 		emit(n)
 		casts[key] = c
-		if dt == ort.Float32 && (typ(v) == o.Low) {
+		if dt == dtype.Float32 && (typ(v) == o.Low) {
 			up[c] = v
 		}
 		activation[c] = activation[v]
@@ -207,7 +207,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		}
 		var floats []int
 		for _, i := range typed(n) {
-			if i < len(n.Inputs) && n.Inputs[i] != "" && (typ(n.Inputs[i]) == ort.Float32 || typ(n.Inputs[i]) == o.Low) {
+			if i < len(n.Inputs) && n.Inputs[i] != "" && (typ(n.Inputs[i]) == dtype.Float32 || typ(n.Inputs[i]) == o.Low) {
 				floats = append(floats, i)
 			}
 		}
@@ -215,7 +215,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 			emit(n)
 			continue
 		}
-		target := ort.Float32
+		target := dtype.Float32
 		emulate := false
 		switch ClassOf(n) {
 		case Low:
@@ -229,7 +229,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 			for _, i := range floats {
 				if v := n.Inputs[i]; activation[v] {
 					low = low || typ(v) == o.Low || up[v] != ""
-					full = full || typ(v) == ort.Float32 && up[v] == ""
+					full = full || typ(v) == dtype.Float32 && up[v] == ""
 				}
 			}
 			if low && !full {
@@ -243,7 +243,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		for _, i := range floats {
 			v := n.Inputs[i]
 			if emulate {
-				v = castTo(castTo(v, o.Low), ort.Float32) // rounded to the low precision
+				v = castTo(castTo(v, o.Low), dtype.Float32) // rounded to the low precision
 			} else {
 				v = castTo(v, target)
 			}
@@ -256,7 +256,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 			rep.Emulated++
 			rep.Low++
 			for i, v := range n.Outputs {
-				if v == "" || typ(v) != ort.Float32 {
+				if v == "" || typ(v) != dtype.Float32 {
 					continue
 				}
 				f := rename(n, i)
@@ -286,7 +286,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		i := slices.Index(p.Outputs, v)
 		f := rename(p, i)
 		g.Infos[f] = g.Info(v)
-		n := &graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{f}, Outputs: []string{v}, Attrs: []*onnxpb.AttributeProto{graph.AInt("to", int64(ort.Float32))}}
+		n := &graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{f}, Outputs: []string{v}, Attrs: []*onnxpb.AttributeProto{graph.AInt("to", int64(dtype.Float32))}}
 		g.Nodes = append(g.Nodes, n)
 		// Readers inside the graph keep the low value.
 		for _, r := range g.Nodes {
@@ -300,7 +300,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 			}
 		}
 		info := g.Info(f)
-		info.DType = ort.Float32
+		info.DType = dtype.Float32
 		g.Infos[v] = info
 	}
 	g.Reinfer()

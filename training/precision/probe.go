@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -34,14 +35,14 @@ func NewProbe(opts ort.Options, opset int64) *Probe {
 // Parse returns the low-precision type named by a precision setting:
 // bf16 (or bf16-mixed) and fp16 (or 16-mixed); ok is false for float32
 // ("", 32, fp32, tf32) and err non-nil for anything else.
-func Parse(name string) (dt ort.DType, ok bool, err error) {
+func Parse(name string) (dt dtype.DType, ok bool, err error) {
 	switch name {
 	case "", "32", "fp32", "32-true", "tf32":
 		return 0, false, nil
 	case "bf16", "bf16-mixed":
-		return ort.BFloat16, true, nil
+		return dtype.BFloat16, true, nil
 	case "fp16", "16", "16-mixed":
-		return ort.Float16, true, nil
+		return dtype.Float16, true, nil
 	}
 	return 0, false, fmt.Errorf("precision %q is not one of fp32, bf16, fp16", name)
 }
@@ -54,8 +55,8 @@ func Parse(name string) (dt ort.DType, ok bool, err error) {
 // between Casts of its own and then drops the Casts next to ours, so the
 // values would never be rounded (measured: 1e12 survives a float16 MatMul
 // input); the CPU then emulates instead (see Autocast).
-func (p *Probe) Has(g *graph.Graph, n *graph.Node, dt ort.DType) bool {
-	if !p.Options.Device.CUDA && (dt == ort.Float16 || dt == ort.BFloat16) {
+func (p *Probe) Has(g *graph.Graph, n *graph.Node, dt dtype.DType) bool {
+	if !p.Options.Device.CUDA && (dt == dtype.Float16 || dt == dtype.BFloat16) {
 		return false
 	}
 	one := graph.New("probe", max(p.Opset, g.Opset))
@@ -130,5 +131,5 @@ func (p *Probe) Has(g *graph.Graph, n *graph.Node, dt ort.DType) bool {
 
 // Kernels is p as Autocast's kernel oracle over g.
 func (p *Probe) Kernels(g *graph.Graph) Kernels {
-	return func(n *graph.Node, dt ort.DType) bool { return p.Has(g, n, dt) }
+	return func(n *graph.Node, dt dtype.DType) bool { return p.Has(g, n, dt) }
 }

@@ -21,7 +21,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 )
 
 // Tensor is one named tensor to write, or one read back. Its bytes come from
@@ -30,7 +30,7 @@ import (
 // whole model twice in memory.
 type Tensor struct {
 	Name  string
-	DType ort.DType
+	DType dtype.DType
 	Shape []int64
 	Data  []byte // raw little-endian elements, row-major
 	Write func(w io.Writer) error
@@ -40,17 +40,17 @@ type Tensor struct {
 func (t *Tensor) Bytes() (int64, error) { return byteSize(t.Name, t.DType, t.Shape) }
 
 // names maps element types to safetensors' dtype strings.
-var names = map[ort.DType]string{
-	ort.Float32: "F32", ort.Float16: "F16", ort.BFloat16: "BF16", ort.Float64: "F64",
-	ort.Int64: "I64", ort.Int32: "I32", ort.Int8: "I8", ort.Uint8: "U8", ort.Bool: "BOOL",
+var names = map[dtype.DType]string{
+	dtype.Float32: "F32", dtype.Float16: "F16", dtype.BFloat16: "BF16", dtype.Float64: "F64",
+	dtype.Int64: "I64", dtype.Int32: "I32", dtype.Int8: "I8", dtype.Uint8: "U8", dtype.Bool: "BOOL",
 }
 
 // DTypeName is safetensors' name for d ("F32", "BF16" …), "" for a type the
 // format does not hold.
-func DTypeName(d ort.DType) string { return names[d] }
+func DTypeName(d dtype.DType) string { return names[d] }
 
 // ParseDTypeName reads a safetensors dtype string.
-func ParseDTypeName(s string) (ort.DType, bool) {
+func ParseDTypeName(s string) (dtype.DType, bool) {
 	for d, n := range names {
 		if n == s {
 			return d, true
@@ -59,7 +59,7 @@ func ParseDTypeName(s string) (ort.DType, bool) {
 	return 0, false
 }
 
-func byteSize(name string, d ort.DType, shape []int64) (int64, error) {
+func byteSize(name string, d dtype.DType, shape []int64) (int64, error) {
 	if _, ok := names[d]; !ok {
 		return 0, fmt.Errorf("tensor %q: unknown dtype %v", name, d)
 	}
@@ -204,7 +204,7 @@ func (e *CorruptError) BadInput() bool { return true }
 // TensorInfo describes a tensor stored in a safetensors file.
 type TensorInfo struct {
 	Name  string
-	DType ort.DType
+	DType dtype.DType
 	Shape []int64
 	// Offset and Length locate the data in the file, from its start.
 	Offset, Length int64

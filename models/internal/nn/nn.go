@@ -16,7 +16,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -49,7 +49,7 @@ func New(name string, seed uint64) *Net {
 
 // Input declares a graph input; dims names the symbolic dimensions ("" for
 // static ones), -1 in shape marks them.
-func (n *Net) Input(name string, dt ort.DType, shape []int64, dims []string) string {
+func (n *Net) Input(name string, dt dtype.DType, shape []int64, dims []string) string {
 	n.G.AddInput(name, graph.Info{DType: dt, Known: true, Shape: shape})
 	n.G.Dims[name] = dims
 	return name
@@ -92,7 +92,7 @@ func Fill(v float64) Init {
 // Param adds a float32 initializer named name (a state_dict key) drawn from
 // init with the given fans, and returns its name.
 func (n *Net) Param(name string, shape []int64, fanIn, fanOut int64, init Init) string {
-	v := make([]float32, ort.Numel(shape))
+	v := make([]float32, dtype.Numel(shape))
 	for i := range v {
 		v[i] = float32(init(n.R, fanIn, fanOut))
 	}
@@ -177,7 +177,7 @@ func (n *Net) GroupNorm(name, x string, c, groups int64) string {
 	mean := b.ReduceMean(xr, true, 2)
 	d := b.Sub(xr, mean)
 	v := b.ReduceMean(b.Mul(d, d), true, 2)
-	y := b.Div(d, b.Sqrt(b.Add(v, b.Scalar(ort.Float32, 1e-6))))
+	y := b.Div(d, b.Sqrt(b.Add(v, b.Scalar(dtype.Float32, 1e-6))))
 	if info.Known && !slices.Contains(info.Shape[1:], -1) {
 		y = b.Reshape(y, b.Ints(append([]int64{0}, info.Shape[1:]...)...))
 	} else {

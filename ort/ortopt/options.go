@@ -1,4 +1,4 @@
-package ort
+package ortopt
 
 import (
 	"fmt"
@@ -78,9 +78,9 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// cudaProviderOptions returns the key/value pairs ONNX Runtime's
+// CUDAProviderOptions returns the key/value pairs ONNX Runtime's
 // UpdateCUDAProviderOptions takes.
-func (o Options) cudaProviderOptions() (keys, values []string) {
+func (o Options) CUDAProviderOptions() (keys, values []string) {
 	add := func(k, v string) { keys, values = append(keys, k), append(values, v) }
 	add("device_id", strconv.Itoa(o.Device.ID))
 	add("use_tf32", boolFlag(o.CUDA.UseTF32))

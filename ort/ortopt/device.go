@@ -1,4 +1,8 @@
-package ort
+// Package ortopt holds the settings of an ONNX Runtime session, the device
+// and the CPU and CUDA providers' options, in pure Go: configuration and
+// planning read and check them without ONNX Runtime's headers; package ort
+// applies them.
+package ortopt
 
 import (
 	"fmt"
@@ -42,8 +46,8 @@ func ParseDevice(s string) (Device, error) {
 	return Device{}, &OptionError{Option: "device", Value: s, Want: `"cpu", "cuda" or "cuda:N" with N ≥ 0`}
 }
 
-// memoryInfoName is ONNX Runtime's allocator name for the device.
-func (d Device) memoryInfoName() string {
+// MemoryInfoName is ONNX Runtime's allocator name for the device.
+func (d Device) MemoryInfoName() string {
 	if d.CUDA {
 		return "Cuda"
 	}

@@ -1,4 +1,4 @@
-package ort
+package dtype
 
 import "math"
 
