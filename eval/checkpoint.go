@@ -314,9 +314,9 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 		}
 		batch := map[string]*ort.Value{}
 		for _, d := range m.Data {
-			t := b.Tensor(d.Name)
-			if t == nil {
-				return fmt.Errorf("the validation data has no tensor %s for the model", d.Name)
+			t, _, err := data.Feeds(cfg.Data.Feeds).Source(d.Name, b)
+			if err != nil {
+				return fmt.Errorf("validation data: %w", err)
 			}
 			v, err := hostValue(t)
 			if err != nil {

@@ -79,6 +79,11 @@ type Data struct {
 	// Train is the training data path (file, directory or glob). Required
 	// unless kind = "synthetic".
 	Train string `toml:"train"`
+	// Feeds names, by the model's input, the loader's tensor that feeds it
+	// where the names differ ([data.feeds] images = "image"). Inputs named
+	// as the loader's tensors need no entry; a built-in loss's target is
+	// fed by the loader's labels.
+	Feeds map[string]string `toml:"feeds,omitempty"`
 	// Val is the validation data path; empty means no validation unless the
 	// loader splits Train (see volumes.train_split).
 	Val string `toml:"val"`

@@ -59,7 +59,7 @@ type engine struct {
 
 // openEngine loads the artifacts in dir onto the device of opts and puts the
 // initial weights and zero optimizer state there.
-func openEngine(dir string, m *artifacts.Manifest, opts ort.Options) (e *engine, err error) {
+func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.Feeds) (e *engine, err error) {
 	e = &engine{m: m}
 	// ONNX Runtime's memory pattern would add a whole-run block on top of
 	// the arena at the second step; one step's buffers are enough.
@@ -97,7 +97,7 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options) (e *engine,
 	if err := e.loadWeights(filepath.Join(dir, artifacts.WeightsFile)); err != nil {
 		return e, err
 	}
-	return e, e.bind()
+	return e, e.bind(feeds)
 }
 
 func (e *engine) allocState() error {
@@ -228,7 +228,7 @@ func (e *engine) readInto(f *safetensors.File, name string, dev *ort.Value) erro
 
 // bind prepares every binding once. Scalars and outputs are host values
 // that ONNX Runtime writes and reads in place.
-func (e *engine) bind() error {
+func (e *engine) bind(feeds data.Feeds) error {
 	scalar := func(v any) (*ort.Value, error) {
 		var s *ort.Value
 		var err error
@@ -321,10 +321,10 @@ func (e *engine) bind() error {
 		}
 	}
 	var err error
-	if e.trainData, err = newStage(e.train, m); err != nil {
+	if e.trainData, err = newStage(e.train, m, feeds); err != nil {
 		return err
 	}
-	e.evalData, err = newStage(e.eval, m)
+	e.evalData, err = newStage(e.eval, m, feeds)
 	return err
 }
 
@@ -486,14 +486,15 @@ type stage struct {
 	vals   []*ort.Value
 	raw    [][]byte
 	src    []int // index of each input's tensor in the batch; -1 until resolved
+	feeds  data.Feeds
 }
 
-func newStage(s *ort.Session, m *artifacts.Manifest) (stage, error) {
+func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, error) {
 	inputs := map[string]bool{}
 	for _, in := range s.Inputs() {
 		inputs[in.Name] = true
 	}
-	var st stage
+	st := stage{feeds: feeds}
 	for _, d := range m.Data {
 		if !inputs[d.Name] {
 			continue // e.g. an eval graph that does not take the target
@@ -513,10 +514,6 @@ func newStage(s *ort.Session, m *artifacts.Manifest) (stage, error) {
 	}
 	return st, nil
 }
-
-// targetAliases are the batch tensor names that feed the graph's target
-// input when no tensor is called "target": what the loaders name labels.
-var targetAliases = []string{"target", "label", "labels"}
 
 // load copies batch b into the staged tensors, rebinding them in bs when
 // their shape changed. It returns the number of samples.
@@ -566,32 +563,16 @@ func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 // resolve finds the batch tensor that feeds input i and checks its type.
 func (st *stage) resolve(i int, b *data.Batch) error {
 	name := st.names[i]
-	cands := []string{name}
-	if name == "target" {
-		cands = targetAliases
+	t, k, err := st.feeds.Source(name, b)
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
 	}
-	for _, c := range cands {
-		for k, t := range b.Tensors {
-			if t.Name != c {
-				continue
-			}
-			want := map[data.DType][]ort.DType{data.Float32: {ort.Float32}, data.Int64: {ort.Int64}, data.Uint8: {ort.Uint8, ort.Bool}}[t.DType]
-			ok := false
-			for _, d := range want {
-				ok = ok || d == st.dtypes[i]
-			}
-			if !ok {
-				return fmt.Errorf("data: the model's input %s is %v, but the data loader gives %s as %v", name, st.dtypes[i], t.Name, t.DType)
-			}
-			st.src[i] = k
-			return nil
-		}
+	want := map[data.DType][]ort.DType{data.Float32: {ort.Float32}, data.Int64: {ort.Int64}, data.Uint8: {ort.Uint8, ort.Bool}}[t.DType]
+	if !slices.Contains(want, st.dtypes[i]) {
+		return fmt.Errorf("data: the model's input %s is %v, but the data loader gives %s as %v", name, st.dtypes[i], t.Name, t.DType)
 	}
-	var have []string
-	for _, t := range b.Tensors {
-		have = append(have, t.Name)
-	}
-	return fmt.Errorf("data: the model takes input %q, but the data loader gives only %v", name, have)
+	st.src[i] = k
+	return nil
 }
 
 func sameDims(a []int64, b []int) bool {

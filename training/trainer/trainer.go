@@ -117,7 +117,7 @@ func New(o Options) (t *Trainer, err error) {
 			t.Close()
 		}
 	}()
-	if t.eng, err = openEngine(o.Artifacts, m, o.Session); err != nil {
+	if t.eng, err = openEngine(o.Artifacts, m, o.Session, c.Data.Feeds); err != nil {
 		return t, err
 	}
 	if t.train, t.val, err = loaders(c, o.Train, o.Val); err != nil {
