@@ -60,7 +60,7 @@ func trainAction(c *cli.Context) error {
 
 // train runs a resolved configuration: a new version directory, or the one
 // resume names, or runDir; it returns the run directory.
-func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite bool) (string, error) {
+func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite bool) (_ string, err error) {
 	if err := loadORT(c, cfg.ORTLib); err != nil {
 		return "", err
 	}
@@ -81,7 +81,15 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if err != nil {
 		return "", err
 	}
-	defer rd.Close()
+	// A new version whose setup fails (artifacts that do not build, data
+	// that does not open) is removed: a failed command leaves nothing.
+	started := false
+	defer func() {
+		rd.Close()
+		if err != nil && !started && resume == "" && runDir == "" {
+			os.RemoveAll(rd.Path)
+		}
+	}()
 	enc, err := cfg.Encode()
 	if err != nil {
 		return "", err
@@ -107,6 +115,7 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	defer t.Close()
 	ctx, stop := interruptible(c.App.ErrWriter)
 	defer stop()
+	started = true
 	return rd.Path, t.Run(ctx)
 }
 

@@ -212,3 +212,31 @@ func TestFirstSignalCancels(t *testing.T) {
 		t.Fatal("SIGINT did not cancel the context")
 	}
 }
+
+// TestFailedSetupLeavesNoRun: a new run whose model cannot be built (a
+// ResNet of depth 7) fails with exit 2 and leaves no version directory.
+func TestFailedSetupLeavesNoRun(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := filepath.Join(root, "run.toml")
+	os.WriteFile(cfg, []byte(`name = "bad"
+output_dir = "`+filepath.Join(root, "outputs")+`"
+[model]
+recipe = "resnet"
+[model.params]
+depth = 7
+[data]
+kind = "synthetic"
+[trainer]
+device = "cpu"
+max_steps = 1
+`), 0o644)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"ortrain", "train", "--config", cfg}, &out, &errOut); code != 2 {
+		t.Fatalf("exit %d: %s; want 2", code, errOut.String())
+	}
+	if vs, _ := filepath.Glob(filepath.Join(root, "outputs", "bad", "version_*")); len(vs) != 0 {
+		t.Errorf("a failed setup left %v", vs)
+	}
+}
