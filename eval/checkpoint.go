@@ -33,6 +33,9 @@ type CheckpointOptions struct {
 	Checkpoint string
 	// Config replaces the configuration saved in the checkpoint; nil keeps it.
 	Config *config.Config
+	// Sets are --set overrides applied to the checkpoint's configuration
+	// when Config is nil (data.val=..., a new validation set).
+	Sets []string
 	// Inputs are NIfTI volumes to reconstruct instead of the validation set
 	// (volume models only).
 	Inputs []string
@@ -80,12 +83,17 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 	}
 	defer ck.Close()
 	if cfg == nil {
+		// The run's own configuration, with the caller's --set on top.
 		if cfg, err = config.Parse([]byte(ck.State.Config), filepath.Join(ckDir, checkpoint.StateFile)); err == nil {
-			err = cfg.Resolve()
+			if err = cfg.Override(o.Sets...); err == nil {
+				err = cfg.Resolve()
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
+	} else if len(o.Sets) > 0 {
+		return nil, fmt.Errorf("eval: Sets apply to the checkpoint's configuration; with Config given, apply them to it")
 	}
 	dir, m, err := trainer.Artifacts(cfg, version, o.Session)
 	if err != nil {

@@ -112,7 +112,7 @@ func evalCheckpoint(c *cli.Context) error {
 		}
 	}
 	res, err := eval.EvaluateCheckpoint(c.Context, eval.CheckpointOptions{
-		Checkpoint: c.String("checkpoint"), Config: cfg, Inputs: c.StringSlice("input"), Out: c.String("out"),
+		Checkpoint: c.String("checkpoint"), Config: cfg, Sets: setsWithoutConfig(c), Inputs: c.StringSlice("input"), Out: c.String("out"),
 		Overlap: c.Float64("overlap"), Mode: mode, BatchSize: c.Int("batch-size"), Session: opts,
 	})
 	if err != nil {
@@ -149,6 +149,16 @@ func evalCheckpoint(c *cli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", path)
 	}
 	return nil
+}
+
+// setsWithoutConfig returns the --set overrides when no --config is given:
+// they then apply to the configuration saved in the checkpoint (with
+// --config they were applied to it already).
+func setsWithoutConfig(c *cli.Context) []string {
+	if c.String("config") != "" {
+		return nil
+	}
+	return c.StringSlice("set")
 }
 
 // writeEvalMetrics writes metrics.json and metrics.csv into dir, which must

@@ -73,6 +73,13 @@ lr = 0.05
 		t.Errorf("a second eval into the same place: exit %d, %s; want 2 and no overwrite", code, errOut.String())
 	}
 
+	// --set without --config applies to the checkpoint's configuration:
+	// an unknown key is refused rather than ignored.
+	errOut.Reset()
+	if code := run([]string{"ortrain", "eval", "--checkpoint", version, "--out-dir", filepath.Join(root, "e4"), "--set", "trainer.max_stpes=1"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "trainer.max_stpes") {
+		t.Errorf("eval --set with a typo, no --config: exit %d, %q; want 2 naming the key", code, errOut.String())
+	}
+
 	// An existing report file is refused before anything is written, and
 	// replaced with --overwrite.
 	rep := filepath.Join(root, "mine.html")
