@@ -53,7 +53,7 @@ type Recipe struct {
 	check   func(params map[string]any) (int64, error)
 }
 
-// recipes is the registry, by name. The names are those config.KnownRecipes
+// recipes is the registry, by name: the one list of recipes, which config
 // accepts.
 var recipes = map[string]Recipe{
 	"resnet": {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)",

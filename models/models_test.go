@@ -5,27 +5,7 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/models"
-	"github.com/ortrain/ortrain/training/config"
 )
-
-// TestRegistryCoversConfig: every recipe name the configuration accepts
-// other than "mlp" (which needs model.onnx) is registered, and only those.
-func TestRegistryCoversConfig(t *testing.T) {
-	for _, name := range models.Names() {
-		found := false
-		for _, k := range config.KnownRecipes {
-			found = found || k == name
-		}
-		if !found {
-			t.Errorf("recipe %q is registered but config.KnownRecipes does not accept it", name)
-		}
-	}
-	for _, k := range config.KnownRecipes {
-		if _, ok := models.Lookup(k); !ok && k != "mlp" {
-			t.Errorf("config accepts recipe %q, which is not registered", k)
-		}
-	}
-}
 
 // TestBuildParams checks parameter decoding: known names lay over the
 // defaults, integers are taken for floats, and unknown names, wrong types,

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/export"
 )
@@ -29,7 +30,7 @@ Examples:
    ortrain export --recipe resnet --set model.params.depth=18 --set model.params.classes=10 --out resnet18.onnx
    ortrain export --recipe bd3lm --set model.params.layers=2 --out lm.onnx --strip-markers`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "recipe", Usage: "built-in recipe: " + strings.Join(config.KnownRecipes, ", ")},
+			&cli.StringFlag{Name: "recipe", Usage: "built-in recipe: " + strings.Join(models.Names(), ", ")},
 			&cli.StringFlag{Name: "preset", Usage: "take the recipe and its parameters from a preset: " + strings.Join(configs.Names(), ", ")},
 			&cli.StringSliceFlag{Name: "set", Usage: "a recipe parameter: --set model.params.depth=18 (repeatable)"},
 			&cli.StringFlag{Name: "out", Usage: "ONNX file to write (must not exist)"},

@@ -48,7 +48,8 @@ type Model struct {
 	// ONNX is a forward model from which a training graph is built with
 	// Recipe.
 	ONNX string `toml:"onnx"`
-	// Recipe names a built-in recipe: vqgan3d, resnet, bd3lm or mlp.
+	// Recipe names a built-in recipe (the models registry: vqgan3d, resnet,
+	// bd3lm).
 	Recipe string `toml:"recipe"`
 	// Params is a free-form table passed to the recipe ([model.params]).
 	Params map[string]any `toml:"params"`
@@ -280,9 +281,6 @@ type Runtime struct {
 	// Runtime choose.
 	InterOpThreads int `toml:"inter_op_threads"`
 }
-
-// KnownRecipes lists the recipe names model.recipe accepts.
-var KnownRecipes = []string{"vqgan3d", "resnet", "bd3lm", "mlp"}
 
 // Default returns the configuration every file is read on top of.
 func Default() *Config {

@@ -13,7 +13,7 @@ import (
 const minimal = `
 name = "tiny"
 [model]
-recipe = "mlp"
+recipe = "resnet"
 [data]
 kind = "synthetic"
 batch_size = 8

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort/ortopt"
 	"github.com/ortrain/ortrain/training/autodiff"
 )
@@ -42,7 +43,7 @@ func (c *Config) Resolve() error {
 		bad("model", "set model.artifacts (a built artifacts directory) or model.recipe (with model.onnx where the recipe needs one)")
 	}
 	if m.Recipe != "" {
-		oneOf("model.recipe", m.Recipe, KnownRecipes...)
+		oneOf("model.recipe", m.Recipe, models.Names()...)
 	}
 	if m.Loss == "" {
 		bad("model.loss", "must name the loss output")

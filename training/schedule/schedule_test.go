@@ -48,7 +48,7 @@ func TestLR(t *testing.T) {
 func TestFromConfig(t *testing.T) {
 	c, err := config.Parse([]byte(`
 [model]
-recipe = "mlp"
+recipe = "resnet"
 [data]
 kind = "synthetic"
 batch_size = 512
