@@ -343,7 +343,7 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 		n := b.Tensors[0].Shape[0]
 		lossSum += float64(ort.Data[float32](outs[0])[0]) * float64(n)
 		count += float64(n)
-		if t := b.Tensor("target"); t != nil && t.DType == data.Int64 && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
+		if t, _, err := data.Feeds(cfg.Data.Feeds).Source("target", b); err == nil && t.DType == data.Int64 && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
 			classes = int(outs[1].Shape()[1])
 			if err := topk.Add(ort.Data[float32](outs[1]), int(outs[1].Shape()[1]), t.I64); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -49,7 +51,11 @@ type engine struct {
 	lr, step, gradScale, clipNorm []float32
 	lossScale                     []float32 // float16 training: the loss scale the backward starts from
 	updateFinite                  []bool    // the optimizer's verdict on the new weights (true without one)
-	loss, gradNorm, evalLoss      []float32
+	// logits is the classifier output the eval graph also returns to the
+	// host (validation's top-1/top-5); "" when the loss is not
+	// cross-entropy.
+	logits                   string
+	loss, gradNorm, evalLoss []float32
 
 	trainData, evalData stage
 	// allTrain and allEval list every training and eval binding, which a
@@ -96,6 +102,9 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.
 	}
 	if err := e.loadWeights(filepath.Join(dir, artifacts.WeightsFile)); err != nil {
 		return e, err
+	}
+	if m.LossSpec.Kind == loss.CrossEntropy && len(m.Outputs) > 0 {
+		e.logits = cmp.Or(m.LossSpec.Output, m.Outputs[0])
 	}
 	return e, e.bind(feeds)
 }
@@ -315,6 +324,9 @@ func (e *engine) bind(feeds data.Feeds) error {
 			e.evalB[p][u] = b
 			e.allEval = append(e.allEval, b)
 			errs := append(e.bindCommon(b, p, u), b.BindOutput(m.Loss, eloss))
+			if e.logits != "" {
+				errs = append(errs, b.BindOutputOnHost(e.logits))
+			}
 			if err := firstErr("eval graph", errs); err != nil {
 				return err
 			}
@@ -392,6 +404,33 @@ func (e *engine) evaluate() (float64, error) {
 		return 0, fmt.Errorf("eval graph: %w", err)
 	}
 	return float64(e.evalLoss[0]), nil
+}
+
+// evalLogits returns the logits of the last evaluate, on the host, and the
+// class count; the caller closes the value. nil without a classifier.
+func (e *engine) evalLogits() (*ort.Value, int, error) {
+	if e.logits == "" {
+		return nil, 0, nil
+	}
+	outs, err := e.evalB[e.p][e.u].Outputs()
+	if err != nil {
+		return nil, 0, err
+	}
+	var logits *ort.Value
+	for i, v := range outs { // bound in order: the loss, then the logits
+		if i == len(outs)-1 {
+			logits = v
+		} else {
+			v.Close()
+		}
+	}
+	if logits == nil || len(logits.Shape()) != 2 || logits.DType() != ort.Float32 {
+		if logits != nil {
+			logits.Close()
+		}
+		return nil, 0, nil
+	}
+	return logits, int(logits.Shape()[1]), nil
 }
 
 // current lists the tensors a checkpoint holds, each at its current

@@ -153,12 +153,14 @@ func testConfig(t testing.TB, art string, set ...string) *config.Config {
 
 // recorder keeps every step's result and can cancel the run at a step.
 type recorder struct {
-	results  []callback.StepResult
-	stopAt   int64
-	cancel   context.CancelFunc
-	val      []float64
-	onStep   func(*callback.State)
-	trainEnd bool
+	results []callback.StepResult
+	stopAt  int64
+	cancel  context.CancelFunc
+	val     []float64
+	// valMetrics are every validation's metrics.
+	valMetrics []map[string]float64
+	onStep     func(*callback.State)
+	trainEnd   bool
 }
 
 func (r *recorder) OnTrainStart(*callback.State) error { return nil }
@@ -174,6 +176,7 @@ func (r *recorder) OnStepEnd(s *callback.State, res callback.StepResult) error {
 }
 func (r *recorder) OnValidationEnd(_ *callback.State, m map[string]float64) error {
 	r.val = append(r.val, m["val/loss"])
+	r.valMetrics = append(r.valMetrics, m)
 	return nil
 }
 func (r *recorder) OnTrainEnd(*callback.State) error { r.trainEnd = true; return nil }

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ortrain/ortrain/metrics"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
@@ -36,6 +37,7 @@ import (
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/logging"
+	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/schedule"
@@ -123,7 +125,7 @@ func New(o Options) (t *Trainer, err error) {
 	if t.train, t.val, err = loaders(c, o.Train, o.Val); err != nil {
 		return t, err
 	}
-	if err := checkMonitor(c, t.val != nil); err != nil {
+	if err := checkMonitor(c, m, t.val != nil); err != nil {
 		return t, err
 	}
 	stepsPerEpoch := max(1, int64(t.train.BatchesPerEpoch()/t.accum))
@@ -263,7 +265,8 @@ func (t *Trainer) step() (callback.StepResult, error) {
 }
 
 // validate runs the eval graph over the validation set (or its first
-// limit_val_batches batches) and reports val/loss, the sample-weighted mean.
+// limit_val_batches batches) and reports val/loss, the sample-weighted
+// mean, and for a classifier val/top1 and val/top5.
 func (t *Trainer) validate() error {
 	if err := t.val.Resume(data.Cursor{}); err != nil {
 		return err
@@ -274,6 +277,8 @@ func (t *Trainer) validate() error {
 	}
 	var sum float64
 	var count int
+	var topk metrics.TopK
+	classes := 0
 	for range n {
 		b, err := t.val.Next()
 		if err != nil {
@@ -289,8 +294,36 @@ func (t *Trainer) validate() error {
 		}
 		sum += loss * float64(rows)
 		count += rows
+		if err := t.addTopK(&topk, &classes, b); err != nil {
+			return err
+		}
 	}
-	return t.callbacks.OnValidationEnd(&t.state, map[string]float64{"val/loss": sum / float64(max(count, 1))})
+	out := map[string]float64{"val/loss": sum / float64(max(count, 1))}
+	if classes > 0 && topk.Count() > 0 {
+		for _, k := range []int{1, 5} {
+			if k <= classes {
+				out[fmt.Sprintf("val/top%d", k)], _ = topk.Accuracy(k)
+			}
+		}
+	}
+	return t.callbacks.OnValidationEnd(&t.state, out)
+}
+
+// addTopK adds a validation batch's logits and labels to topk: a
+// classifier's top-1/top-5 accuracy, as users of torchvision's recipes
+// watch it.
+func (t *Trainer) addTopK(topk *metrics.TopK, classes *int, b *data.Batch) error {
+	logits, c, err := t.eng.evalLogits()
+	if err != nil || logits == nil {
+		return err
+	}
+	defer logits.Close()
+	labels, _, err := data.Feeds(t.cfg.Data.Feeds).Source("target", b)
+	if err != nil || labels.DType != data.Int64 {
+		return nil // not a labelled classification batch
+	}
+	*classes = c
+	return topk.Add(ort.Data[float32](logits), c, labels.I64)
 }
 
 // Snapshot implements callback.Snapshotter: the device state streamed to
@@ -539,21 +572,28 @@ func (e *NonFiniteError) Error() string {
 		e.Step, what, last)
 }
 
-// validationMetrics are the metrics validation computes, the only ones
-// trainer.monitor can rank checkpoints or stop early by.
-var validationMetrics = []string{"val/loss"}
+// validationMetrics are the metrics validation computes for the
+// artifacts m, the only ones trainer.monitor can rank checkpoints or stop
+// early by: val/loss, and for a classifier val/top1 and val/top5.
+func validationMetrics(m *artifacts.Manifest) []string {
+	out := []string{"val/loss"}
+	if m.LossSpec.Kind == loss.CrossEntropy {
+		out = append(out, "val/top1", "val/top5")
+	}
+	return out
+}
 
 // checkMonitor refuses a monitor validation never reports: top-k would
 // keep the newest checkpoints and early stopping never fire, silently.
-func checkMonitor(c *config.Config, validates bool) error {
-	m := c.Trainer.Monitor
+func checkMonitor(c *config.Config, m *artifacts.Manifest, validates bool) error {
+	mon, validationMetrics := c.Trainer.Monitor, validationMetrics(m)
 	switch {
-	case m == "":
+	case mon == "":
 		return nil
-	case !slices.Contains(validationMetrics, m):
-		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q is not a metric this run computes at validation (%s)", m, strings.Join(validationMetrics, ", "))}
+	case !slices.Contains(validationMetrics, mon):
+		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q is not a metric this run computes at validation (%s)", mon, strings.Join(validationMetrics, ", "))}
 	case !validates:
-		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q needs validation data (data.val, or a split of data.train), and this run has none", m)}
+		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q needs validation data (data.val, or a split of data.train), and this run has none", mon)}
 	}
 	return nil
 }

@@ -417,3 +417,29 @@ func TestMonitorMustExist(t *testing.T) {
 		rd.Close()
 	}
 }
+
+// TestValidationTopK: a classifier's validation reports val/top1 (and not
+// val/top5 with 3 classes), which learns along with val/loss and ranks
+// checkpoints as trainer.monitor with mode max.
+func TestValidationTopK(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), `trainer.monitor="val/top1"`, `trainer.mode="max"`, "trainer.max_steps=30")
+	rec := &recorder{}
+	if _, err := run(t, c, "", "", rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.valMetrics) == 0 {
+		t.Fatal("no validation")
+	}
+	first, last := rec.valMetrics[0], rec.valMetrics[len(rec.valMetrics)-1]
+	top1, ok := last["val/top1"]
+	if !ok || top1 < 0 || top1 > 1 {
+		t.Fatalf("validation metrics %v, want val/top1 in [0, 1]", last)
+	}
+	if _, ok := last["val/top5"]; ok {
+		t.Errorf("val/top5 reported for 3 classes: %v", last)
+	}
+	if !(top1 > first["val/top1"]) && first["val/top1"] < 0.95 {
+		t.Errorf("val/top1 %g -> %g: did not improve", first["val/top1"], top1)
+	}
+	t.Logf("val/top1 %.3f -> %.3f", first["val/top1"], top1)
+}
