@@ -72,6 +72,30 @@ func TestHDPPresetTrains(t *testing.T) {
 	}
 }
 
+// TestLMValidationPerplexity: a language model's validation reports the
+// NLL per predicted token and its perplexity, exp(NLL), beside val/loss.
+func TestLMValidationPerplexity(t *testing.T) {
+	orttest.Init(t)
+	train := filepath.Join(t.TempDir(), "train.jsonl")
+	if err := synthetic.WriteGSM8K(train, 32, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := hdpConfig(t, train, `data.val="`+train+`"`, "trainer.limit_val_batches=2")
+	rec := &recorder{}
+	if err := buildFromConfig(t, c, rec).Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.valMetrics) == 0 {
+		t.Fatal("no validation")
+	}
+	m := rec.valMetrics[len(rec.valMetrics)-1]
+	nll, ppl := m["val/nll"], m["val/ppl"]
+	if !(nll > 0) || math.Abs(ppl-math.Exp(nll)) > 1e-9*ppl {
+		t.Errorf("validation metrics %v: want val/nll > 0 and val/ppl = exp(val/nll)", m)
+	}
+	t.Logf("val/nll %.3f, val/ppl %.1f", nll, ppl)
+}
+
 // buildFromConfig builds c's artifacts from its recipe and its datasets
 // the way `ortrain train` does, checks the HDP layout of the training set,
 // and makes a trainer with rec in a new run directory.
@@ -86,8 +110,8 @@ func buildFromConfig(t *testing.T, c *config.Config, rec *recorder) *Trainer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if val != nil {
-		t.Errorf("a validation set without data.val")
+	if (val != nil) != (c.Data.Val != "") {
+		t.Errorf("validation set %v with data.val = %q", val != nil, c.Data.Val)
 	}
 	var names []string
 	for _, s := range train.Spec() {
@@ -135,7 +159,7 @@ func buildFromConfig(t *testing.T, c *config.Config, rec *recorder) *Trainer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rd.Close() })
-	tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: train, Dir: rd, Callbacks: []callback.Callback{rec}})
+	tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: train, Val: val, Dir: rd, Callbacks: []callback.Callback{rec}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,7 +266,8 @@ func (t *Trainer) step() (callback.StepResult, error) {
 
 // validate runs the eval graph over the validation set (or its first
 // limit_val_batches batches) and reports val/loss, the sample-weighted
-// mean, and for a classifier val/top1 and val/top5.
+// mean; for a classifier val/top1 and val/top5; for a language model
+// (a loss per predicted token) val/nll per token and val/ppl.
 func (t *Trainer) validate() error {
 	if err := t.val.Resume(data.Cursor{}); err != nil {
 		return err
@@ -278,6 +279,7 @@ func (t *Trainer) validate() error {
 	var sum float64
 	var count int
 	var topk metrics.TopK
+	var ppl metrics.Perplexity
 	classes := 0
 	for range n {
 		b, err := t.val.Next()
@@ -297,8 +299,23 @@ func (t *Trainer) validate() error {
 		if err := t.addTopK(&topk, &classes, b); err != nil {
 			return err
 		}
+		if mask := b.Tensor(tokenMask); mask != nil && mask.DType == data.Uint8 {
+			// The graph's loss is per predicted token (the NELBO over the
+			// mask's sum, at least 1): weigh it back by that count.
+			tokens := int64(0)
+			for _, m := range mask.U8 {
+				tokens += int64(m)
+			}
+			if err := ppl.Add(loss*float64(max(tokens, 1)), tokens); err != nil {
+				return fmt.Errorf("validation: %w", err)
+			}
+		}
 	}
 	out := map[string]float64{"val/loss": sum / float64(max(count, 1))}
+	if ppl.Tokens() > 0 {
+		out["val/nll"], _ = ppl.MeanNLL()
+		out["val/ppl"], _ = ppl.Value()
+	}
 	if classes > 0 && topk.Count() > 0 {
 		for _, k := range []int{1, 5} {
 			if k <= classes {
@@ -574,14 +591,22 @@ func (e *NonFiniteError) Error() string {
 
 // validationMetrics are the metrics validation computes for the
 // artifacts m, the only ones trainer.monitor can rank checkpoints or stop
-// early by: val/loss, and for a classifier val/top1 and val/top5.
+// early by: val/loss; val/top1 and val/top5 for a classifier; val/nll and
+// val/ppl for a language model.
 func validationMetrics(m *artifacts.Manifest) []string {
 	out := []string{"val/loss"}
 	if m.LossSpec.Kind == loss.CrossEntropy {
 		out = append(out, "val/top1", "val/top5")
 	}
+	if slices.ContainsFunc(m.Data, func(d artifacts.Tensor) bool { return d.Name == tokenMask }) {
+		out = append(out, "val/nll", "val/ppl")
+	}
 	return out
 }
+
+// tokenMask is the token loader's mask of the positions a language model
+// predicts; a model that reads it reports per-token NLL and perplexity.
+const tokenMask = "loss_mask"
 
 // checkMonitor refuses a monitor validation never reports: top-k would
 // keep the newest checkpoints and early stopping never fire, silently.
