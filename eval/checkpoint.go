@@ -311,6 +311,7 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 	defer loader.Close()
 	var lossSum, count float64
 	var topk metrics.TopK
+	var ppl metrics.Perplexity
 	classes := 0
 	for {
 		b, err := loader.Next()
@@ -341,8 +342,20 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 			return err
 		}
 		n := b.Tensors[0].Shape[0]
-		lossSum += float64(ort.Data[float32](outs[0])[0]) * float64(n)
+		loss := float64(ort.Data[float32](outs[0])[0])
+		lossSum += loss * float64(n)
 		count += float64(n)
+		if mask := b.Tensor("loss_mask"); mask != nil && mask.DType == data.Uint8 {
+			// A language model's loss is per predicted token: weigh it
+			// back by the mask's count for the per-token NLL.
+			tokens := int64(0)
+			for _, v := range mask.U8 {
+				tokens += int64(v)
+			}
+			if err := ppl.Add(loss*float64(max(tokens, 1)), tokens); err != nil {
+				return err
+			}
+		}
 		if t, _, err := data.Feeds(cfg.Data.Feeds).Source("target", b); err == nil && t.DType == data.Int64 && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
 			classes = int(outs[1].Shape()[1])
 			if err := topk.Add(ort.Data[float32](outs[1]), int(outs[1].Shape()[1]), t.I64); err != nil {
@@ -357,6 +370,10 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 		return &InputError{Err: errors.New("the validation set is empty")}
 	}
 	r.Mean["val/loss"] = lossSum / count // the graph's loss is a batch mean
+	if ppl.Tokens() > 0 {
+		r.Mean["val/nll"], _ = ppl.MeanNLL()
+		r.Mean["val/ppl"], _ = ppl.Value()
+	}
 	if classes > 0 {
 		for _, k := range []int{1, min(5, classes)} {
 			if r.Mean[fmt.Sprintf("top%d", k)], err = topk.Accuracy(k); err != nil {
