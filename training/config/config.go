@@ -141,6 +141,12 @@ type Tokens struct {
 	// They must equal the bd3lm recipe's model.params.blocks. Empty means
 	// BD3-LM's block layout.
 	Segments []int `toml:"segments"`
+	// SamplingEpsMin and SamplingEpsMax clip the diffusion noise level: t
+	// is drawn uniformly from [min, max) rather than [0, 1), BD3-LM's
+	// clipped schedule, so the NELBO's 1/t weight stays bounded. Unset
+	// (both 0) means [0, 1). BD3-LM's names and its default [1e-3, 1].
+	SamplingEpsMin float64 `toml:"sampling_eps_min,omitempty"`
+	SamplingEpsMax float64 `toml:"sampling_eps_max,omitempty"`
 }
 
 // Images configures images ([data.images]).

@@ -130,7 +130,8 @@ func VolumeCacheBytes(c *config.Config) int64 {
 // model reads it.
 func TokensConfig(c *config.Config, m *artifacts.Manifest) tokens.Config {
 	t := c.Data.Tokens
-	cfg := tokens.Config{SeqLen: t.SeqLen, BlockSize: t.BlockSize, Segments: slices.Clone(t.Segments)}
+	cfg := tokens.Config{SeqLen: t.SeqLen, BlockSize: t.BlockSize, Segments: slices.Clone(t.Segments),
+		MinNoise: t.SamplingEpsMin, MaxNoise: t.SamplingEpsMax}
 	for _, in := range m.Data {
 		cfg.Noise = cfg.Noise || in.Name == diffusionlm.NoisyIDs
 	}

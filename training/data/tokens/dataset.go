@@ -20,11 +20,11 @@ type Config struct {
 	BlockSize int
 	Segments  []int
 	// Noise adds "noisy_ids" and "t": per block (BD3-LM) or per segment
-	// (HDP) a level t drawn uniformly from [MinNoise, 1), and each answer
-	// token (plan and execution for HDP) replaced by Mask with probability
-	// t. The prompt is never masked.
-	Noise    bool
-	MinNoise float64
+	// (HDP) a level t drawn uniformly from [MinNoise, MaxNoise) (MaxNoise
+	// 0 means 1), and each answer token (plan and execution for HDP)
+	// replaced by Mask with probability t. The prompt is never masked.
+	Noise              bool
+	MinNoise, MaxNoise float64
 }
 
 // Dataset is a data.Dataset of tokenized examples. Its tensors, each
@@ -69,8 +69,11 @@ func New(examples []Example, tok *Tokenizer, cfg Config) (*Dataset, error) {
 			return nil, fmt.Errorf("tokens: segments %v must be question, plan and execution adding up to seq_len %d", cfg.Segments, cfg.SeqLen)
 		}
 	}
-	if cfg.MinNoise < 0 || cfg.MinNoise >= 1 {
-		return nil, fmt.Errorf("tokens: minimum noise %v, want in [0, 1)", cfg.MinNoise)
+	if cfg.MaxNoise == 0 {
+		cfg.MaxNoise = 1
+	}
+	if cfg.MinNoise < 0 || cfg.MinNoise >= cfg.MaxNoise || cfg.MaxNoise > 1 {
+		return nil, fmt.Errorf("tokens: noise range [%v, %v), want 0 ≤ min < max ≤ 1", cfg.MinNoise, cfg.MaxNoise)
 	}
 	if len(examples) == 0 {
 		return nil, fmt.Errorf("tokens: no examples")
@@ -173,7 +176,7 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 			g = p / d.cfg.BlockSize
 		}
 		if g != group {
-			group, level = g, d.cfg.MinNoise+(1-d.cfg.MinNoise)*rng.Float64()
+			group, level = g, d.cfg.MinNoise+(d.cfg.MaxNoise-d.cfg.MinNoise)*rng.Float64()
 		}
 		t[p] = float32(level)
 		if s.loss[p] == 1 && rng.Float64() < level {

@@ -226,3 +226,27 @@ func FuzzParseGSM8K(f *testing.F) {
 		}
 	})
 }
+
+// TestNoiseRange: with the noise clipped to [0.3, 0.8) (BD3-LM's
+// sampling_eps_min/max) every block's level t falls there; an empty or
+// inverted range is refused.
+func TestNoiseRange(t *testing.T) {
+	tok := mustGPT2(t)
+	ex := []Example{{Question: "Hello world", Answer: "1+1=<<1+1=2>>2\n#### 2"}}
+	ds, err := New(ex, tok, Config{SeqLen: 24, BlockSize: 4, Noise: true, MinNoise: 0.3, MaxNoise: 0.8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range uint64(20) {
+		for _, v := range sampleOf(t, ds, 0, seed).Get("t").F32 {
+			if v < 0.3 || v >= 0.8 {
+				t.Fatalf("seed %d: t = %g, outside [0.3, 0.8)", seed, v)
+			}
+		}
+	}
+	for _, r := range [][2]float64{{0.5, 0.5}, {0.6, 0.2}, {-0.1, 0.5}, {0.2, 1.5}} {
+		if _, err := New(ex, tok, Config{SeqLen: 24, BlockSize: 4, Noise: true, MinNoise: r[0], MaxNoise: r[1]}); err == nil {
+			t.Errorf("noise range %v accepted", r)
+		}
+	}
+}
