@@ -69,6 +69,11 @@ func TestHDPPresetTrains(t *testing.T) {
 		if !(r.Loss > 0) || math.IsInf(r.Loss, 0) || r.Skipped {
 			t.Errorf("step %d: loss %g, skipped %v; want finite and positive", i+1, r.Loss, r.Skipped)
 		}
+		// Tokens counts the real ones: GSM8K examples do not fill 64
+		// positions, and the padding is not throughput.
+		if r.Tokens <= 0 || r.Tokens >= r.Samples*64 {
+			t.Errorf("step %d: %d tokens for %d samples of 64 positions; want the non-padding count", i+1, r.Tokens, r.Samples)
+		}
 	}
 }
 

@@ -227,6 +227,7 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		}
 		r.Loss += loss / float64(t.accum)
 		r.Samples += int64(rows)
+		r.Tokens += realTokens(b, rows, t.tokens)
 		r.DataWait += b.Wait
 		ok = ok && finite(loss)
 		t.cursor = b.Cursor
@@ -257,7 +258,6 @@ func (t *Trainer) step() (callback.StepResult, error) {
 			LastCheckpoint: t.lastCheckpoint()}
 	}
 	r.Skipped = !ok
-	r.Tokens = r.Samples * t.tokens
 	t.state.Step++
 	t.state.Epoch = int64(t.cursor.Epoch)
 	r.Duration = time.Since(start)
@@ -621,6 +621,23 @@ func checkMonitor(c *config.Config, m *artifacts.Manifest, validates bool) error
 		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q needs validation data (data.val, or a split of data.train), and this run has none", mon)}
 	}
 	return nil
+}
+
+// realTokens counts the tokens of a token batch that are not padding (its
+// attention_mask), so that throughput/tokens_per_s is comparable with the
+// users' own; rows × seqLen without a mask, 0 for other data.
+func realTokens(b *data.Batch, rows int, seqLen int64) int64 {
+	if seqLen == 0 {
+		return 0
+	}
+	if m := b.Tensor("attention_mask"); m != nil && m.DType == data.Uint8 {
+		n := int64(0)
+		for _, v := range m.U8 {
+			n += int64(v)
+		}
+		return n
+	}
+	return int64(rows) * seqLen
 }
 
 // maxSkipsInARow stops a run that skips every step (skip_nonfinite, or
