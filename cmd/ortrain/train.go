@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -102,6 +103,10 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 			return "", err
 		}
 	}
+	warnTruncated(c.App.ErrWriter, "data.train", prep.train)
+	if prep.val != nil {
+		warnTruncated(c.App.ErrWriter, "data.val", prep.val)
+	}
 	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
 	if m, err := artifacts.Load(prep.artifacts); err == nil {
@@ -133,6 +138,16 @@ func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) 
 	p.artifacts = dir
 	p.train, p.val, err = trainer.Datasets(cfg, m)
 	return err
+}
+
+// warnTruncated says how many examples the token layout cut (a question,
+// plan or execution longer than its segment), which would otherwise train
+// on shortened text silently.
+func warnTruncated(w io.Writer, key string, ds data.Dataset) {
+	if tr, ok := ds.(interface{ Truncated() int }); ok && tr.Truncated() > 0 {
+		fmt.Fprintf(w, "ortrain: %s: %d of %d examples cut to fit data.tokens.seq_len / segments; raise them to keep whole examples\n",
+			key, tr.Truncated(), ds.Len())
+	}
 }
 
 // interruptible returns a context cancelled by the first SIGINT or
