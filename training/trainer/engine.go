@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -13,7 +12,6 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/data"
-	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -51,10 +49,9 @@ type engine struct {
 	lr, step, gradScale, clipNorm []float32
 	lossScale                     []float32 // float16 training: the loss scale the backward starts from
 	updateFinite                  []bool    // the optimizer's verdict on the new weights (true without one)
-	// logits is the classifier output the eval graph also returns to the
-	// host (validation's top-1/top-5); "" when the loss is not
-	// cross-entropy.
-	logits                   string
+	// fetch are the model outputs the eval graph also returns to the host
+	// for validation metrics (validationOutputs), bound after the loss.
+	fetch                    []string
 	loss, gradNorm, evalLoss []float32
 
 	trainData, evalData stage
@@ -103,9 +100,7 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.
 	if err := e.loadWeights(filepath.Join(dir, artifacts.WeightsFile)); err != nil {
 		return e, err
 	}
-	if m.LossSpec.Kind == loss.CrossEntropy && len(m.Outputs) > 0 {
-		e.logits = cmp.Or(m.LossSpec.Output, m.Outputs[0])
-	}
+	e.fetch = validationOutputs(m)
 	return e, e.bind(feeds)
 }
 
@@ -324,8 +319,8 @@ func (e *engine) bind(feeds data.Feeds) error {
 			e.evalB[p][u] = b
 			e.allEval = append(e.allEval, b)
 			errs := append(e.bindCommon(b, p, u), b.BindOutput(m.Loss, eloss))
-			if e.logits != "" {
-				errs = append(errs, b.BindOutputOnHost(e.logits))
+			for _, name := range e.fetch {
+				errs = append(errs, b.BindOutputOnHost(name))
 			}
 			if err := firstErr("eval graph", errs); err != nil {
 				return err
@@ -406,31 +401,26 @@ func (e *engine) evaluate() (float64, error) {
 	return float64(e.evalLoss[0]), nil
 }
 
-// evalLogits returns the logits of the last evaluate, on the host, and the
-// class count; the caller closes the value. nil without a classifier.
-func (e *engine) evalLogits() (*ort.Value, int, error) {
-	if e.logits == "" {
-		return nil, 0, nil
+// evalOutputs returns the fetched outputs of the last evaluate, on the
+// host, by name; the caller closes them. Empty when nothing is fetched.
+func (e *engine) evalOutputs() (map[string]*ort.Value, error) {
+	if len(e.fetch) == 0 {
+		return nil, nil
 	}
 	outs, err := e.evalB[e.p][e.u].Outputs()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	var logits *ort.Value
-	for i, v := range outs { // bound in order: the loss, then the logits
-		if i == len(outs)-1 {
-			logits = v
+	got := map[string]*ort.Value{}
+	first := len(outs) - len(e.fetch) // the loss, bound before them
+	for i, v := range outs {
+		if i >= first {
+			got[e.fetch[i-first]] = v
 		} else {
 			v.Close()
 		}
 	}
-	if logits == nil || len(logits.Shape()) != 2 || logits.DType() != ort.Float32 {
-		if logits != nil {
-			logits.Close()
-		}
-		return nil, 0, nil
-	}
-	return logits, int(logits.Shape()[1]), nil
+	return got, nil
 }
 
 // current lists the tensors a checkpoint holds, each at its current

@@ -18,6 +18,7 @@
 package trainer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -278,9 +279,7 @@ func (t *Trainer) validate() error {
 	}
 	var sum float64
 	var count int
-	var topk metrics.TopK
-	var ppl metrics.Perplexity
-	classes := 0
+	vm := valMetrics{codebookLen: codebookLen(t.cfg)}
 	for range n {
 		b, err := t.val.Next()
 		if err != nil {
@@ -296,7 +295,7 @@ func (t *Trainer) validate() error {
 		}
 		sum += loss * float64(rows)
 		count += rows
-		if err := t.addTopK(&topk, &classes, b); err != nil {
+		if err := vm.add(t, b); err != nil {
 			return err
 		}
 		if mask := b.Tensor(tokenMask); mask != nil && mask.DType == data.Uint8 {
@@ -306,41 +305,123 @@ func (t *Trainer) validate() error {
 			for _, m := range mask.U8 {
 				tokens += int64(m)
 			}
-			if err := ppl.Add(loss*float64(max(tokens, 1)), tokens); err != nil {
+			if err := vm.ppl.Add(loss*float64(max(tokens, 1)), tokens); err != nil {
 				return fmt.Errorf("validation: %w", err)
 			}
 		}
 	}
 	out := map[string]float64{"val/loss": sum / float64(max(count, 1))}
-	if ppl.Tokens() > 0 {
-		out["val/nll"], _ = ppl.MeanNLL()
-		out["val/ppl"], _ = ppl.Value()
-	}
-	if classes > 0 && topk.Count() > 0 {
-		for _, k := range []int{1, 5} {
-			if k <= classes {
-				out[fmt.Sprintf("val/top%d", k)], _ = topk.Accuracy(k)
-			}
-		}
-	}
+	vm.report(out)
 	return t.callbacks.OnValidationEnd(&t.state, out)
 }
 
-// addTopK adds a validation batch's logits and labels to topk: a
-// classifier's top-1/top-5 accuracy, as users of torchvision's recipes
-// watch it.
-func (t *Trainer) addTopK(topk *metrics.TopK, classes *int, b *data.Batch) error {
-	logits, c, err := t.eng.evalLogits()
-	if err != nil || logits == nil {
+// valMetrics accumulate what validation reports beside val/loss.
+type valMetrics struct {
+	topk        metrics.TopK
+	classes     int
+	ppl         metrics.Perplexity
+	psnr, ssim  metrics.Mean
+	codes       map[int64]int64 // codebook entries used, and how often
+	codebookLen int64
+}
+
+// add takes a validation batch: a classifier's logits and labels
+// (top-1/top-5, as torchvision's recipes watch), a reconstruction against
+// its input (PSNR and SSIM on the loader's [-1, 1] scale, data range 2),
+// and the codebook entries a VQ model picked (usage and perplexity).
+func (v *valMetrics) add(t *Trainer, b *data.Batch) error {
+	outs, err := t.eng.evalOutputs()
+	if err != nil || outs == nil {
 		return err
 	}
-	defer logits.Close()
-	labels, _, err := data.Feeds(t.cfg.Data.Feeds).Source("target", b)
-	if err != nil || labels.DType != data.Int64 {
-		return nil // not a labelled classification batch
+	defer func() {
+		for _, o := range outs {
+			o.Close()
+		}
+	}()
+	feeds := data.Feeds(t.cfg.Data.Feeds)
+	if logits := outs[classifierOutput(t.eng.m)]; logits != nil && len(logits.Shape()) == 2 && logits.DType() == ort.Float32 {
+		if labels, _, err := feeds.Source("target", b); err == nil && labels.DType == data.Int64 {
+			v.classes = int(logits.Shape()[1])
+			if err := v.topk.Add(ort.Data[float32](logits), v.classes, labels.I64); err != nil {
+				return err
+			}
+		}
 	}
-	*classes = c
-	return topk.Add(ort.Data[float32](logits), c, labels.I64)
+	if recon := outs[reconOutput]; recon != nil && recon.DType() == ort.Float32 && len(t.eng.m.Data) > 0 {
+		input, _, err := feeds.Source(t.eng.m.Data[0].Name, b)
+		shape := recon.Shape()
+		if err == nil && input.DType == data.Float32 && len(input.F32) == len(ort.Data[float32](recon)) && len(shape) >= 4 {
+			rec, n := ort.Data[float32](recon), int(shape[0])
+			per := len(rec) / max(n, 1)
+			dims := make([]int, 0, 3)
+			for _, d := range shape[len(shape)-3:] {
+				dims = append(dims, int(d))
+			}
+			for i := range n {
+				x, y := input.F32[i*per:(i+1)*per], rec[i*per:(i+1)*per]
+				p, err := metrics.PSNR(x, y, 2)
+				if err != nil {
+					return err
+				}
+				v.psnr.Add(p)
+				// One channel: SSIM over the volume, where its 11-sample
+				// Gaussian window fits (scikit-image's default).
+				if per == dims[0]*dims[1]*dims[2] && slices.Min(dims) >= 11 {
+					s, err := metrics.SSIM(metrics.Volume{Data: x, Shape: dims}, metrics.Volume{Data: y, Shape: dims}, metrics.SSIMOptions{DataRange: 2})
+					if err != nil {
+						return err
+					}
+					v.ssim.Add(s)
+				}
+			}
+		}
+	}
+	if codes := outs[codesOutput]; codes != nil && codes.DType() == ort.Int64 {
+		if v.codes == nil {
+			v.codes = map[int64]int64{}
+		}
+		for _, c := range ort.Data[int64](codes) {
+			v.codes[c]++
+		}
+	}
+	return nil
+}
+
+// report adds the accumulated metrics to out.
+func (v *valMetrics) report(out map[string]float64) {
+	if v.classes > 0 && v.topk.Count() > 0 {
+		for _, k := range []int{1, 5} {
+			if k <= v.classes {
+				out[fmt.Sprintf("val/top%d", k)], _ = v.topk.Accuracy(k)
+			}
+		}
+	}
+	if v.ppl.Tokens() > 0 {
+		out["val/nll"], _ = v.ppl.MeanNLL()
+		out["val/ppl"], _ = v.ppl.Value()
+	}
+	if v.psnr.Count() > 0 {
+		out["val/psnr"], _ = v.psnr.Value()
+	}
+	if v.ssim.Count() > 0 {
+		out["val/ssim"], _ = v.ssim.Value()
+	}
+	if len(v.codes) > 0 {
+		var total int64
+		for _, n := range v.codes {
+			total += n
+		}
+		h := 0.0
+		for _, n := range v.codes {
+			p := float64(n) / float64(total)
+			h -= p * math.Log(p)
+		}
+		out["val/codebook_perplexity"] = math.Exp(h)
+		if v.codebookLen > 0 {
+			out["val/codebook_usage"] = float64(len(v.codes)) / float64(v.codebookLen)
+		}
+	}
 }
 
 // Snapshot implements callback.Snapshotter: the device state streamed to
@@ -589,24 +670,76 @@ func (e *NonFiniteError) Error() string {
 		e.Step, what, last)
 }
 
+// tokenMask is the token loader's mask of the positions a language model
+// predicts; a model that reads it reports per-token NLL and perplexity.
+const tokenMask = "loss_mask"
+
+// The model outputs validation reads besides the loss: a classifier's
+// logits (the cross-entropy loss's prediction), and the vqgan3d recipe's
+// reconstruction and codebook indices.
+const (
+	reconOutput = "recon"
+	codesOutput = "codes"
+)
+
+// classifierOutput is the logits output of cross-entropy artifacts, "" for
+// others.
+func classifierOutput(m *artifacts.Manifest) string {
+	if m.LossSpec.Kind != loss.CrossEntropy || len(m.Outputs) == 0 {
+		return ""
+	}
+	return cmp.Or(m.LossSpec.Output, m.Outputs[0])
+}
+
+// validationOutputs are the outputs the eval graph returns to the host for
+// validation metrics.
+func validationOutputs(m *artifacts.Manifest) []string {
+	var out []string
+	if c := classifierOutput(m); c != "" {
+		out = append(out, c)
+	}
+	for _, o := range []string{reconOutput, codesOutput} {
+		if slices.Contains(m.Outputs, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// codebookLen is model.params.codebook_size, for codebook usage.
+func codebookLen(c *config.Config) int64 {
+	switch v := c.Model.Params["codebook_size"].(type) {
+	case int64:
+		return v
+	case int:
+		return int64(v)
+	case float64:
+		return int64(v)
+	}
+	return 0
+}
+
 // validationMetrics are the metrics validation computes for the
 // artifacts m, the only ones trainer.monitor can rank checkpoints or stop
 // early by: val/loss; val/top1 and val/top5 for a classifier; val/nll and
-// val/ppl for a language model.
+// val/ppl for a language model; val/psnr, val/ssim and the codebook's
+// usage and perplexity for a VQ autoencoder.
 func validationMetrics(m *artifacts.Manifest) []string {
 	out := []string{"val/loss"}
-	if m.LossSpec.Kind == loss.CrossEntropy {
+	if classifierOutput(m) != "" {
 		out = append(out, "val/top1", "val/top5")
 	}
 	if slices.ContainsFunc(m.Data, func(d artifacts.Tensor) bool { return d.Name == tokenMask }) {
 		out = append(out, "val/nll", "val/ppl")
 	}
+	if slices.Contains(m.Outputs, reconOutput) {
+		out = append(out, "val/psnr", "val/ssim")
+	}
+	if slices.Contains(m.Outputs, codesOutput) {
+		out = append(out, "val/codebook_perplexity", "val/codebook_usage")
+	}
 	return out
 }
-
-// tokenMask is the token loader's mask of the positions a language model
-// predicts; a model that reads it reports per-token NLL and perplexity.
-const tokenMask = "loss_mask"
 
 // checkMonitor refuses a monitor validation never reports: top-k would
 // keep the newest checkpoints and early stopping never fire, silently.

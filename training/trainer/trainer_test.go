@@ -443,3 +443,72 @@ func TestValidationTopK(t *testing.T) {
 	}
 	t.Logf("val/top1 %.3f -> %.3f", first["val/top1"], top1)
 }
+
+// TestVQValidationMetrics: the vqgan3d recipe's validation reports PSNR
+// and SSIM of the reconstruction and the codebook's usage (of
+// codebook_size) and perplexity, and val/psnr ranks checkpoints.
+func TestVQValidationMetrics(t *testing.T) {
+	orttest.Init(t)
+	c, err := config.Parse([]byte(`name = "vq"
+output_dir = "`+t.TempDir()+`"
+[model]
+recipe = "vqgan3d"
+[model.params]
+patch_size = [16, 16, 16]
+channels = 4
+channel_mult = [1, 2]
+res_blocks = 1
+z_channels = 4
+embed_dim = 4
+codebook_size = 16
+groups = 2
+[data]
+kind = "synthetic"
+batch_size = 2
+num_workers = 0
+[trainer]
+device = "cpu"
+max_steps = 2
+val_check_interval = 2
+limit_val_batches = 2
+monitor = "val/psnr"
+mode = "max"
+`), "vq.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	art, m, err := Artifacts(c, t.TempDir(), ort.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, val, err := Datasets(c, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := rundir.New(c.OutputDir, c.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	opts, _ := c.SessionOptions(false)
+	rec := &recorder{}
+	tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: train, Val: val, Dir: rd, Callbacks: []callback.Callback{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.valMetrics) == 0 {
+		t.Fatal("no validation")
+	}
+	vm := rec.valMetrics[len(rec.valMetrics)-1]
+	psnr, ssim, usage, ppl := vm["val/psnr"], vm["val/ssim"], vm["val/codebook_usage"], vm["val/codebook_perplexity"]
+	if !(psnr > 0 && psnr < 100) || !(ssim > -1 && ssim <= 1) || !(usage > 0 && usage <= 1) || !(ppl >= 1 && ppl <= 16) {
+		t.Errorf("validation metrics %v: want PSNR in dB, SSIM in (-1, 1], usage in (0, 1], perplexity in [1, 16]", vm)
+	}
+}
