@@ -235,8 +235,13 @@ type Optimizer struct {
 	// Default 1e-3.
 	LR float64 `toml:"lr"`
 	// WeightDecay is decoupled (AdamW) or L2 (SGD) weight decay.
-	// Default 0.01 for adamw, 0 for sgd.
+	// Default 0.01 for adamw, 0 for sgd. It applies to parameters of rank
+	// ≥ 2 (weights); biases and normalisation scales are exempt, as in
+	// torchvision's and BD3-LM's recipes, unless DecayBiasAndNorm.
 	WeightDecay float64 `toml:"weight_decay"`
+	// DecayBiasAndNorm applies weight decay to every parameter, as
+	// torch.optim does by default. Default false.
+	DecayBiasAndNorm bool `toml:"decay_bias_and_norm,omitempty"`
 	// Betas are Adam's [β1, β2]. Default [0.9, 0.999].
 	Betas []float64 `toml:"betas"`
 	// Eps is Adam's ε. Default 1e-8.

@@ -54,7 +54,7 @@ type Config struct {
 	Nesterov bool    `json:"nesterov,omitempty"`
 	// NoDecay lists globs of parameters exempt from weight decay. When nil,
 	// parameters of rank 0 or 1 (biases, norm scales and shifts) are exempt.
-	NoDecay []string `json:"no_decay,omitempty"`
+	NoDecay []string `json:"no_decay"`
 	// Exact takes every value as given, so that a zero weight decay or
 	// momentum means zero rather than "use the default". Callers holding a
 	// resolved configuration set it.

@@ -1,6 +1,7 @@
 package optim_test
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 
@@ -159,5 +160,26 @@ func TestOptimizerMatchesReference(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecayScope: by default a bias (rank 1) is exempt from weight decay
+// and a weight (rank 2) is not; an empty NoDecay (optimizer.
+// decay_bias_and_norm) decays both; the choice survives the manifest's
+// JSON (nil and empty stay apart).
+func TestDecayScope(t *testing.T) {
+	bias := optim.Param{Name: "fc.bias", Info: graph.Info{DType: ort.Float32, Known: true, Shape: []int64{3}}}
+	weight := optim.Param{Name: "fc.weight", Info: graph.Info{DType: ort.Float32, Known: true, Shape: []int64{3, 4}}}
+	def := optim.Config{Kind: optim.SGD}
+	all := optim.Config{Kind: optim.SGD, NoDecay: []string{}}
+	if def.Decays(bias) || !def.Decays(weight) || !all.Decays(bias) || !all.Decays(weight) {
+		t.Errorf("default: bias %v weight %v; all: bias %v weight %v", def.Decays(bias), def.Decays(weight), all.Decays(bias), all.Decays(weight))
+	}
+	for _, c := range []optim.Config{def, all} {
+		b, _ := json.Marshal(c)
+		var back optim.Config
+		if err := json.Unmarshal(b, &back); err != nil || (back.NoDecay == nil) != (c.NoDecay == nil) {
+			t.Errorf("%s: NoDecay %v after JSON, want %v", b, back.NoDecay, c.NoDecay)
+		}
 	}
 }

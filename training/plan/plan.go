@@ -305,6 +305,13 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 			}
 		}
 	}
+	if o.WeightDecay > 0 {
+		scope := "weights of rank ≥ 2 (biases and norms exempt)"
+		if o.DecayBiasAndNorm {
+			scope = "every parameter"
+		}
+		pm.Optimizer += fmt.Sprintf(", weight decay %g on %s", o.WeightDecay, scope)
+	}
 	pm.StateBytes = int64(pm.StateCopies) * 4 * pm.Params
 	p.Arithmetic = arithmetic(c, m)
 	p.Notes = append(p.Notes, "device memory counts the training state only: activations (which grow with the batch) and buffers such as BatchNorm statistics come on top")

@@ -305,6 +305,9 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	if len(o.Betas) == 2 {
 		oc.Beta1, oc.Beta2 = o.Betas[0], o.Betas[1]
 	}
+	if o.DecayBiasAndNorm {
+		oc.NoDecay = []string{} // every parameter decays; nil exempts rank ≤ 1
+	}
 	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute, InputShapes: mc.InputShapes}
 	if mixed {
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)

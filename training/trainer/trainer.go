@@ -623,6 +623,7 @@ func checkOptimizer(c *config.Config, m *artifacts.Manifest) error {
 		{"optimizer.momentum", o.Momentum, g.Momentum},
 		{"optimizer.nesterov", o.Nesterov, g.Nesterov},
 		{"optimizer.eps", o.Eps, g.Eps},
+		{"optimizer.decay_bias_and_norm", o.DecayBiasAndNorm, g.NoDecay != nil && len(g.NoDecay) == 0},
 	}
 	if len(o.Betas) == 2 {
 		check = append(check, struct {
