@@ -412,6 +412,12 @@ func (g *Graph) RunFirst(values []string) {
 		}
 	}
 	var moved []*Node
+	values = slices.Clone(values)
+	for i := len(values) - 1; i > 0; i-- { // a value named twice runs at its first place
+		if slices.Contains(values[:i], values[i]) {
+			values = slices.Delete(values, i, i+1)
+		}
+	}
 	for i := len(values) - 1; i >= 0; i-- {
 		k := slices.IndexFunc(g.Nodes, func(n *Node) bool { return slices.Contains(n.Outputs, values[i]) })
 		if k < 0 || slices.Contains(moved, g.Nodes[k]) || slices.ContainsFunc(g.Nodes[k].Outputs, func(o string) bool { return read[o] }) {

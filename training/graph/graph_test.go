@@ -19,7 +19,7 @@ func TestRunFirst(t *testing.T) {
 	stat := b.Abs("x")
 	c := b.Exp(a)
 	g.Outputs = []string{loss, stat, c, a}
-	g.RunFirst([]string{loss, stat, a})
+	g.RunFirst([]string{loss, stat, a, loss}) // named twice: its first place counts
 	var got []string
 	for _, n := range g.Nodes {
 		got = append(got, n.Outputs[0])
