@@ -3,6 +3,7 @@ package callback
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -172,9 +173,15 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-type snap struct{ list *List }
+type snap struct {
+	list   *List
+	logged *int64 // the last step the logger before the checkpointer saw
+}
 
 func (s snap) Snapshot(st *State) (*checkpoint.State, []checkpoint.Tensor, error) {
+	if s.logged != nil && *s.logged != st.Step {
+		return nil, nil, fmt.Errorf("checkpoint at step %d before the step's row was logged (last %d)", st.Step, *s.logged)
+	}
 	cbs, err := s.list.State()
 	if err != nil {
 		return nil, nil, err
@@ -182,8 +189,19 @@ func (s snap) Snapshot(st *State) (*checkpoint.State, []checkpoint.Tensor, error
 	return &checkpoint.State{Callbacks: cbs}, []checkpoint.Tensor{{Name: "w", DType: ort.Float32, Shape: []int64{1}, Data: []byte{0, 0, 128, 63}}}, nil
 }
 
+// stepLogger notes the steps whose end it saw, as LogMetrics writes rows.
+type stepLogger struct{ last *int64 }
+
+func (l stepLogger) OnTrainStart(*State) error                        { return nil }
+func (l stepLogger) OnStepEnd(s *State, _ StepResult) error           { *l.last = s.Step; return nil }
+func (l stepLogger) OnValidationEnd(*State, map[string]float64) error { return nil }
+func (l stepLogger) OnTrainEnd(*State) error                          { return nil }
+
 // TestCheckpointer checks when checkpoints are written, that validation
-// scores reach top-k and that callback state is stored.
+// scores reach top-k, that callback state is stored, and that every
+// checkpoint comes after its step's training row (a kill between them
+// would lose the row: a resume truncates metrics.csv to the checkpoint).
+// The loop calls OnValidationEnd, then OnStepEnd, at a validation step.
 func TestCheckpointer(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "checkpoints")
 	m, err := checkpoint.NewManager(dir, 1, "val/loss", "min")
@@ -192,19 +210,20 @@ func TestCheckpointer(t *testing.T) {
 	}
 	es := NewEarlyStopping("val/loss", "min", 3, 0)
 	var list List
-	cp := NewCheckpointer(m, snap{&list}, 4, "val/loss")
-	list = List{es, cp}
+	logged := int64(-1)
+	cp := NewCheckpointer(m, snap{&list, &logged}, 4, "val/loss")
+	list = List{stepLogger{last: &logged}, es, cp}
 	s := &State{}
 	list.OnTrainStart(s)
 	for i := int64(1); i <= 10; i++ {
 		s.Step = i
-		if err := list.OnStepEnd(s, StepResult{}); err != nil {
-			t.Fatal(err)
-		}
 		if i == 5 || i == 10 {
 			if err := list.OnValidationEnd(s, map[string]float64{"val/loss": 10 / float64(i*i)}); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if err := list.OnStepEnd(s, StepResult{}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if err := list.OnTrainEnd(s); err != nil {

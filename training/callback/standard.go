@@ -28,6 +28,11 @@ type Checkpointer struct {
 	every     int64
 	monitor   string
 	lastSaved int64
+	// A validation's checkpoint waits for the step's end, so that the
+	// step's training row is logged before it (the loggers come first in
+	// the list): a kill after the checkpoint then loses no row.
+	validated bool
+	score     *float64
 	// LastPath is the directory of the newest checkpoint saved.
 	LastPath string
 }
@@ -45,31 +50,42 @@ func (c *Checkpointer) OnTrainStart(s *State) error {
 	return nil
 }
 
-// OnStepEnd saves every N steps, unless a validation at this step has
-// just saved.
+// OnStepEnd saves the checkpoint of a validation at this step, scored, or
+// every N steps.
 func (c *Checkpointer) OnStepEnd(s *State, _ StepResult) error {
-	if c.every > 0 && s.Step%c.every == 0 && c.lastSaved != s.Step {
+	switch {
+	case c.validated:
+		c.validated = false
+		return c.save(s, c.score)
+	case c.every > 0 && s.Step%c.every == 0 && c.lastSaved != s.Step:
 		return c.save(s, nil)
 	}
 	return nil
 }
 
-// OnValidationEnd saves a checkpoint scored by the monitored metric.
-func (c *Checkpointer) OnValidationEnd(s *State, metrics map[string]float64) error {
-	var score *float64
+// OnValidationEnd notes the monitored metric; the checkpoint, scored by
+// it, is saved at the step's end.
+func (c *Checkpointer) OnValidationEnd(_ *State, metrics map[string]float64) error {
+	c.validated, c.score = true, nil
 	if v, ok := metrics[c.monitor]; ok && c.monitor != "" {
-		score = &v
+		c.score = &v
 	}
-	return c.save(s, score)
+	return nil
 }
 
-// OnTrainEnd saves the final state unless it was just saved or the run
-// failed, which leaves the last good checkpoint as the newest.
+// OnTrainEnd saves the final state (scored, after a validation the step's
+// end did not reach) unless it was just saved or the run failed, which
+// leaves the last good checkpoint as the newest.
 func (c *Checkpointer) OnTrainEnd(s *State) error {
 	if c.lastSaved == s.Step || s.Failed {
 		return nil
 	}
-	return c.save(s, nil)
+	score := c.score
+	if !c.validated {
+		score = nil
+	}
+	c.validated = false
+	return c.save(s, score)
 }
 
 func (c *Checkpointer) save(s *State, score *float64) error {
