@@ -41,6 +41,8 @@ type event struct {
 	step    int64
 	version string
 	values  map[string]float32
+	// start is a SessionLog with status START (a resumed run's marker).
+	start bool
 }
 
 // readEvents parses a TFRecord event file independently of the writer's
@@ -101,6 +103,13 @@ func readEvents(t *testing.T, path string) []event {
 					}
 					ev.values[tag] = x
 				}
+			case num == 7 && typ == protowire.BytesType:
+				sl, n := protowire.ConsumeBytes(data)
+				data = data[n:]
+				if num, typ, n := protowire.ConsumeTag(sl); num == 1 && typ == protowire.VarintType {
+					v, _ := protowire.ConsumeVarint(sl[n:])
+					ev.start = v == 1
+				}
 			default:
 				t.Fatalf("unexpected field %d type %d", num, typ)
 			}
@@ -160,9 +169,18 @@ func TestTensorBoard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tb2.Close()
 	if tb2.Path() == tb.Path() {
 		t.Error("second writer reused the first file")
+	}
+	// A resume from step 10 marks a session START at step 11, on which
+	// TensorBoard drops the first file's points from step 11 on.
+	if err := tb2.Restart(10); err != nil {
+		t.Fatal(err)
+	}
+	tb2.Close()
+	evs = readEvents(t, tb2.Path())
+	if len(evs) != 2 || !evs[1].start || evs[1].step != 11 {
+		t.Errorf("after Restart(10): events %+v, want the version then a START at step 11", evs)
 	}
 }
 

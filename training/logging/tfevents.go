@@ -57,6 +57,21 @@ func NewTensorBoard(dir string) (*TensorBoard, error) {
 // Path is the event file's path.
 func (tb *TensorBoard) Path() string { return tb.path }
 
+// Restart marks a resume from a checkpoint at step: an Event{step =
+// step+1, session_log = 7 {status = 1 (START)}}, on which TensorBoard
+// drops the points at step+1 and after that the interrupted run had
+// already written, instead of drawing them twice.
+func (tb *TensorBoard) Restart(step int64) error {
+	ev := appendEventHeader(nil, tb.now(), step+1)
+	var sl []byte
+	sl = protowire.AppendTag(sl, 1, protowire.VarintType)
+	sl = protowire.AppendVarint(sl, 1) // SessionLog.START
+	ev = protowire.AppendTag(ev, 7, protowire.BytesType)
+	ev = protowire.AppendBytes(ev, sl)
+	tb.writeRecord(ev)
+	return tb.w.Flush()
+}
+
 func appendEventHeader(b []byte, t time.Time, step int64) []byte {
 	b = protowire.AppendTag(b, 1, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, math.Float64bits(float64(t.UnixNano())/1e9))

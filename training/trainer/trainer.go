@@ -549,6 +549,13 @@ func (t *Trainer) setupCallbacks(o Options) error {
 		csv.Close()
 		return err
 	}
+	if resumeStep >= 0 {
+		if err := tb.Restart(resumeStep); err != nil {
+			csv.Close()
+			tb.Close()
+			return err
+		}
+	}
 	t.ckpt = callback.NewCheckpointer(mgr, t, tc.CheckpointEveryNSteps, tc.Monitor)
 	t.callbacks = callback.List{callback.NewLogMetrics(logging.Multi(csv, tb), int64(tc.LogEveryNSteps), t.telemetry), t.ckpt}
 	if tc.EarlyStoppingPatience > 0 {
