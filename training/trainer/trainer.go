@@ -198,9 +198,30 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 			}
 		}
 	}
-	s.Failed = err != nil
+	// A batch that does not load (a corrupt image, a truncated volume)
+	// fails before the step's update: the steps done are whole, and are
+	// checkpointed as the end of the run, at the data position where that
+	// step began.
+	var de *DataError
+	if errors.As(err, &de) {
+		t.cursor = de.cursor
+		s.StopReason = "stopped on bad training data; checkpoint written"
+	}
+	s.Failed = err != nil && de == nil
 	return errors.Join(err, t.callbacks.OnTrainEnd(s))
 }
+
+// DataError is a training batch that could not be loaded; the message
+// names the file. It is the user's to fix (exit 2), and the run ends with
+// a checkpoint of the steps done.
+type DataError struct {
+	Err    error
+	cursor data.Cursor // where the failed step began
+}
+
+func (e *DataError) Error() string  { return "training data: " + e.Err.Error() }
+func (e *DataError) Unwrap() error  { return e.Err }
+func (e *DataError) BadInput() bool { return true }
 
 // step runs one optimizer step: accumulate micro-batches, then update.
 func (t *Trainer) step() (callback.StepResult, error) {
@@ -213,10 +234,11 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		r.Metrics = map[string]float64{"train/loss_scale": t.scaler.Scale}
 	}
 	ok := true
+	begin := t.cursor
 	for k := range t.accum {
 		b, err := t.train.Next()
 		if err != nil {
-			return r, fmt.Errorf("training data: %w", err)
+			return r, &DataError{Err: err, cursor: begin}
 		}
 		rows, err := t.eng.trainData.load(b, t.eng.allTrain)
 		if err != nil {

@@ -1,11 +1,14 @@
 package trainer
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
@@ -14,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/precision"
@@ -510,5 +514,51 @@ mode = "max"
 	psnr, ssim, usage, ppl := vm["val/psnr"], vm["val/ssim"], vm["val/codebook_usage"], vm["val/codebook_perplexity"]
 	if !(psnr > 0 && psnr < 100) || !(ssim > -1 && ssim <= 1) || !(usage > 0 && usage <= 1) || !(ppl >= 1 && ppl <= 16) {
 		t.Errorf("validation metrics %v: want PSNR in dB, SSIM in (-1, 1], usage in (0, 1], perplexity in [1, 16]", vm)
+	}
+}
+
+// badSample fails to load one sample, as a corrupt file would.
+type badSample struct {
+	*blobs
+	bad int
+}
+
+func (b badSample) Load(i int, rng *rand.Rand, dst data.Sample) error {
+	if i == b.bad {
+		return fmt.Errorf("/data/train/sample-%d.jpg: not a JPEG", i)
+	}
+	return b.blobs.Load(i, rng, dst)
+}
+
+// TestBadTrainingData: a sample that cannot be loaded stops the run with a
+// DataError naming the file (exit 2), and the steps done before it are
+// checkpointed, at the data position where the failed step began.
+func TestBadTrainingData(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.checkpoint_every_n_steps=0", "data.shuffle=false", "data.num_workers=1")
+	rec := &recorder{}
+	// 16 samples per step (2 × 8, in order): sample 40 falls in step 3.
+	dir, err := run(t, c, "", "", rec, badSample{newBlobs(96, 1), 40})
+	var de *DataError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "/data/train/sample-40.jpg") {
+		t.Fatalf("err = %v, want a DataError naming the file", err)
+	}
+	var bi interface{ BadInput() bool }
+	if !errors.As(err, &bi) || !bi.BadInput() {
+		t.Errorf("a bad file is not bad input: %v", err)
+	}
+	ck, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatalf("no checkpoint of the steps done: %v", err)
+	}
+	st, err := checkpoint.ReadState(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Step != 2 {
+		t.Errorf("checkpoint at step %d, want 2 (the steps done)", st.Step)
+	}
+	var cur data.Cursor
+	if err := json.Unmarshal(st.Loader, &cur); err != nil || cur.Position != 4 {
+		t.Errorf("checkpoint's data position %+v (%v), want batch 4: step 3 begins there", cur, err)
 	}
 }
