@@ -23,7 +23,7 @@ import (
 	"github.com/ortrain/ortrain/training/data/volumes"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safetensors"
-	"github.com/ortrain/ortrain/training/trainer"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // CheckpointOptions say what `ortrain eval --checkpoint` evaluates.
@@ -95,7 +95,7 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 	} else if len(o.Sets) > 0 {
 		return nil, fmt.Errorf("eval: Sets apply to the checkpoint's configuration; with Config given, apply them to it")
 	}
-	dir, m, err := trainer.Artifacts(cfg, version, o.Session)
+	dir, m, err := setup.Artifacts(cfg, version, o.Session)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func validationVolumes(cfg *config.Config) ([]string, error) {
 
 // loss runs the validation set through the eval graph once.
 func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Manifest, weights WeightSource, opts ort.Options) error {
-	_, val, err := trainer.Datasets(cfg, m)
+	_, val, err := setup.Datasets(cfg, m)
 	if err != nil {
 		return err
 	}
@@ -302,7 +302,7 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 			return err
 		}
 	}
-	lc := trainer.LoaderConfig(cfg, false)
+	lc := setup.LoaderConfig(cfg, false)
 	lc.Epochs = 1
 	loader, err := data.New(val, lc)
 	if err != nil {

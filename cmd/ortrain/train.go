@@ -19,6 +19,7 @@ import (
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/rundir"
+	"github.com/ortrain/ortrain/training/setup"
 	"github.com/ortrain/ortrain/training/trainer"
 )
 
@@ -131,12 +132,12 @@ type prepared struct {
 }
 
 func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) error {
-	dir, m, err := trainer.Artifacts(cfg, runDir, session)
+	dir, m, err := setup.Artifacts(cfg, runDir, session)
 	if err != nil {
 		return err
 	}
 	p.artifacts = dir
-	p.train, p.val, err = trainer.Datasets(cfg, m)
+	p.train, p.val, err = setup.Datasets(cfg, m)
 	return err
 }
 

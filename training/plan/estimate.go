@@ -4,13 +4,13 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
-	"github.com/ortrain/ortrain/training/trainer"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // Estimate gives the sample tensors and the cache bound of the training
 // dataset that data of c describes, from the configuration alone, for a
 // plan made before the data exists. It mirrors the Spec methods of the
-// volumes, images and tokens datasets as trainer.Datasets sets them up
+// volumes, images and tokens datasets as setup.Datasets sets them up
 // (TestEstimate keeps it equal to them); ok is false for kinds it cannot
 // size without the data (synthetic, which needs no files anyway).
 func Estimate(c *config.Config, m *artifacts.Manifest) (spec []data.TensorSpec, cacheBytes int64, ok bool) {
@@ -21,7 +21,7 @@ func Estimate(c *config.Config, m *artifacts.Manifest) (spec []data.TensorSpec, 
 		return []data.TensorSpec{
 			{Name: "volume", DType: data.Float32, Shape: []int{1, p[0], p[1], p[2]}},
 			{Name: "index", DType: data.Int64, Shape: []int{4}},
-		}, trainer.VolumeCacheBytes(c), true
+		}, setup.VolumeCacheBytes(c), true
 	case "images":
 		s := d.Images.Size
 		shape := []int{3, s, s}
@@ -30,7 +30,7 @@ func Estimate(c *config.Config, m *artifacts.Manifest) (spec []data.TensorSpec, 
 		}
 		return []data.TensorSpec{{Name: "image", DType: data.Float32, Shape: shape}, {Name: "label", DType: data.Int64}}, 0, true
 	case "tokens":
-		tc := trainer.TokensConfig(c, m)
+		tc := setup.TokensConfig(c, m)
 		L := []int{tc.SeqLen}
 		spec = []data.TensorSpec{
 			{Name: "input_ids", DType: data.Int64, Shape: L},

@@ -9,7 +9,7 @@
 // need the dataset say why they are unknown instead. Everything else is
 // checked as `ortrain train` checks it, and the numbers come from the same
 // functions the trainer uses (config.PeakLR, schedule.FromConfig,
-// trainer.Datasets, data.New), so the plan cannot drift from the run.
+// setup.Datasets, data.New), so the plan cannot drift from the run.
 package plan
 
 import (
@@ -31,7 +31,7 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/schedule"
-	"github.com/ortrain/ortrain/training/trainer"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // Plan is what a run would do. Counts that need the dataset are 0 when it
@@ -239,7 +239,7 @@ func Make(c *config.Config) (*Plan, error) {
 }
 
 // model fills Model and returns a manifest whose Data lists the model's
-// data inputs, as far as trainer.Datasets needs them.
+// data inputs, as far as setup.Datasets needs them.
 func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 	mc, o := c.Model, c.Optimizer
 	pm := &p.Model
@@ -341,7 +341,7 @@ func arithmetic(c *config.Config, m *artifacts.Manifest) string {
 	return "float32 throughout"
 }
 
-// lossFlag turns model.loss into artifacts' loss flag, as trainer.Artifacts
+// lossFlag turns model.loss into artifacts' loss flag, as setup.Artifacts
 // does for model.onnx: a built-in loss name, else the graph's output.
 func lossFlag(name string) string {
 	switch name {
@@ -391,7 +391,7 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 	}
 	switch {
 	case d.Kind == "synthetic":
-		pd.Validation = fmt.Sprintf("synthetic, %d samples", trainer.SyntheticValLen)
+		pd.Validation = fmt.Sprintf("synthetic, %d samples", setup.SyntheticValLen)
 	case d.Val != "":
 		pd.Validation = "data.val"
 	case d.Kind == "volumes" && d.Volumes.TrainSplit < 1:
@@ -408,11 +408,11 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 	case d.Val != "" && !pd.Val.Exists:
 		pd.Unopened = fmt.Sprintf("data.val = %s does not exist", d.Val)
 	}
-	lc := trainer.LoaderConfig(c, true)
+	lc := setup.LoaderConfig(c, true)
 	p.Loader = Loader{Workers: lc.Workers, Prefetch: lc.Prefetch, Buffers: lc.Workers + lc.Prefetch + 1, Limit: lc.MaxBytes,
 		LimitIsRAM: d.MemoryLimit == 0}
 	if pd.Unopened == "" {
-		train, val, err := trainer.Datasets(c, m)
+		train, val, err := setup.Datasets(c, m)
 		if err != nil {
 			pd.Unopened = "cannot open the data: " + err.Error()
 		} else {
@@ -441,7 +441,7 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 // the function the trainer uses; the limit is lifted so that a plan over it
 // is still measured, then compared.
 func (p *Plan) loader(c *config.Config, train data.Dataset) {
-	lc := trainer.LoaderConfig(c, true)
+	lc := setup.LoaderConfig(c, true)
 	lc.MaxBytes = math.MaxInt64
 	l, err := data.New(train, lc)
 	if err != nil {

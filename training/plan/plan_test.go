@@ -14,7 +14,7 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data/synthetic"
-	"github.com/ortrain/ortrain/training/trainer"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // preset loads a preset with overrides and resolves it the plan's way.
@@ -152,7 +152,7 @@ func TestWithData(t *testing.T) {
 }
 
 // TestEstimate: the sample sizes estimated from the configuration equal
-// those of the dataset trainer.Datasets opens, for volumes and for tokens
+// those of the dataset setup.Datasets opens, for volumes and for tokens
 // (HDP, with the noised copy): the estimate used before the data exists
 // is the plan the loader will make.
 func TestEstimate(t *testing.T) {
@@ -178,7 +178,7 @@ func TestEstimate(t *testing.T) {
 		if c.Model.Recipe == "bd3lm" {
 			m.Data = []artifacts.Tensor{{Name: "noisy_ids"}}
 		}
-		ds, _, err := trainer.Datasets(c, m)
+		ds, _, err := setup.Datasets(c, m)
 		if err != nil {
 			t.Fatal(err)
 		}

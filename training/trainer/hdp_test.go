@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/synthetic"
 	"github.com/ortrain/ortrain/training/rundir"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // hdpConfig is the hdp-diffusion-gsm8k preset shrunk to a CPU-sized model
@@ -107,11 +108,11 @@ func TestLMValidationPerplexity(t *testing.T) {
 func buildFromConfig(t *testing.T, c *config.Config, rec *recorder) *Trainer {
 	t.Helper()
 	dir := t.TempDir()
-	art, m, err := Artifacts(c, dir, ort.Options{})
+	art, m, err := setup.Artifacts(c, dir, ort.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	train, val, err := Datasets(c, m)
+	train, val, err := setup.Datasets(c, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestHDPSegmentsMustMatchBlocks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := hdpConfig(t, train, tc.set...)
-			_, _, err := Datasets(c, &artifacts.Manifest{})
+			_, _, err := setup.Datasets(c, &artifacts.Manifest{})
 			if err == nil || !strings.Contains(err.Error(), "data.tokens.segments") || !strings.Contains(err.Error(), "model.params.blocks") {
 				t.Fatalf("err = %v, want one naming data.tokens.segments and model.params.blocks", err)
 			}

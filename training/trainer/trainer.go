@@ -42,6 +42,7 @@ import (
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/schedule"
+	"github.com/ortrain/ortrain/training/setup"
 	"github.com/ortrain/ortrain/training/telemetry"
 )
 
@@ -596,38 +597,19 @@ func loaders(c *config.Config, train, val data.Dataset) (*data.Loader, *data.Loa
 	if train == nil {
 		return nil, nil, errors.New("trainer: no training dataset")
 	}
-	tl, err := data.New(train, LoaderConfig(c, true))
+	tl, err := data.New(train, setup.LoaderConfig(c, true))
 	if err != nil {
 		return nil, nil, fmt.Errorf("training data: %w", err)
 	}
 	if val == nil {
 		return tl, nil, nil
 	}
-	vl, err := data.New(val, LoaderConfig(c, false))
+	vl, err := data.New(val, setup.LoaderConfig(c, false))
 	if err != nil {
 		tl.Close()
 		return nil, nil, fmt.Errorf("validation data: %w", err)
 	}
 	return tl, vl, nil
-}
-
-// LoaderConfig is the loader setup data of c describes, for the training
-// set (shuffled, dropping the last batch as configured) or, with train
-// false, the validation set (in order, every sample).
-func LoaderConfig(c *config.Config, train bool) data.Config {
-	d := c.Data
-	limit := int64(d.MemoryLimit)
-	if limit == 0 { // data.memory_limit = 0: the machine's memory
-		limit = data.PhysicalMemory()
-	}
-	// num_workers = 0 (load on the training goroutine) runs one worker:
-	// the loader always loads ahead.
-	cfg := data.Config{BatchSize: d.BatchSize, Workers: max(1, d.NumWorkers), Prefetch: d.Prefetch,
-		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast}
-	if !train {
-		cfg.Shuffle, cfg.DropLast = false, false
-	}
-	return cfg
 }
 
 // checkCompatible rejects settings the artifact graphs cannot honour.

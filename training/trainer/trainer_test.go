@@ -23,6 +23,7 @@ import (
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safetensors"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 var tempRoot string
@@ -484,11 +485,11 @@ mode = "max"
 	if err := c.Resolve(); err != nil {
 		t.Fatal(err)
 	}
-	art, m, err := Artifacts(c, t.TempDir(), ort.Options{})
+	art, m, err := setup.Artifacts(c, t.TempDir(), ort.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	train, val, err := Datasets(c, m)
+	train, val, err := setup.Datasets(c, m)
 	if err != nil {
 		t.Fatal(err)
 	}

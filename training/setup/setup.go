@@ -1,4 +1,10 @@
-package trainer
+// Package setup turns a run configuration into what a run trains and
+// evaluates: the artifacts (prebuilt, or built from model.onnx or a recipe
+// into the run directory, with the precision, recompute policy and input
+// shapes the config asks for), the datasets of data.kind laid out as the
+// model reads them, and the loader settings. train, eval and plan all go
+// through it, so they see the same wiring.
+package setup
 
 import (
 	"cmp"
@@ -341,4 +347,23 @@ func xyz(dhw []int) [3]int {
 		return [3]int{}
 	}
 	return [3]int{dhw[2], dhw[1], dhw[0]}
+}
+
+// LoaderConfig is the loader setup data of c describes, for the training
+// set (shuffled, dropping the last batch as configured) or, with train
+// false, the validation set (in order, every sample).
+func LoaderConfig(c *config.Config, train bool) data.Config {
+	d := c.Data
+	limit := int64(d.MemoryLimit)
+	if limit == 0 { // data.memory_limit = 0: the machine's memory
+		limit = data.PhysicalMemory()
+	}
+	// num_workers = 0 (load on the training goroutine) runs one worker:
+	// the loader always loads ahead.
+	cfg := data.Config{BatchSize: d.BatchSize, Workers: max(1, d.NumWorkers), Prefetch: d.Prefetch,
+		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast}
+	if !train {
+		cfg.Shuffle, cfg.DropLast = false, false
+	}
+	return cfg
 }
