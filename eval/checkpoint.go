@@ -105,7 +105,7 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 	}
 	defer closeWeights()
 	res := &CheckpointResult{Checkpoint: ckDir, Step: ck.State.Step, Mean: map[string]float64{}}
-	if cfg.Data.Kind == "volumes" || len(o.Inputs) > 0 {
+	if cfg.Data.Kind == config.KindVolumes || len(o.Inputs) > 0 {
 		err = res.volumes(ctx, o, cfg, dir, weights)
 	} else {
 		err = res.loss(cfg, dir, m, weights, o.Session)

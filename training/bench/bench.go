@@ -22,6 +22,8 @@ import (
 	"syscall"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/ortrain/ortrain/training/config"
 )
 
 // Case is one measured configuration.
@@ -110,7 +112,7 @@ func ortrainPeak(c Case, batch int, o Options, i int) (int64, error) {
 	cfg := map[string]any{
 		"name": c.Name, "output_dir": filepath.Join(dir, "outputs"),
 		"model": model,
-		"data":  map[string]any{"kind": "synthetic", "batch_size": batch, "num_workers": 0},
+		"data":  map[string]any{"kind": config.KindSynthetic, "batch_size": batch, "num_workers": 0},
 		"trainer": map[string]any{"device": "cpu", "max_steps": o.Steps, "precision": "32",
 			"checkpoint_every_n_steps": 0, "log_every_n_steps": 1},
 		"optimizer": c.Optimizer,

@@ -73,6 +73,17 @@ type Model struct {
 	InputShapes map[string][]int64 `toml:"input_shapes,omitempty"`
 }
 
+// Data kinds (data.kind): the loaders ortrain has.
+const (
+	KindVolumes   = "volumes"   // NIfTI volumes in patches (training/data/volumes)
+	KindTokens    = "tokens"    // GSM8K-style text as GPT-2 tokens (training/data/tokens)
+	KindImages    = "images"    // an image folder (training/data/images)
+	KindSynthetic = "synthetic" // random tensors shaped as the model's inputs
+)
+
+// DataKinds lists the data kinds, for validation and help.
+var DataKinds = []string{KindVolumes, KindTokens, KindImages, KindSynthetic}
+
 // Data configures the data loaders ([data]).
 type Data struct {
 	// Kind is volumes, tokens, images or synthetic. Required.

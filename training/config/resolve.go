@@ -73,8 +73,8 @@ func (c *Config) Resolve() error {
 
 	// [data]
 	d := c.Data
-	oneOf("data.kind", d.Kind, "volumes", "tokens", "images", "synthetic")
-	if d.Train == "" && d.Kind != "synthetic" && d.Kind != "" {
+	oneOf("data.kind", d.Kind, DataKinds...)
+	if d.Train == "" && d.Kind != KindSynthetic && d.Kind != "" {
 		bad("data.train", "required for kind = %q", d.Kind)
 	}
 	if d.BatchSize < 1 {
@@ -87,7 +87,7 @@ func (c *Config) Resolve() error {
 		bad("data.prefetch", "must be ≥ 1, not %d", d.Prefetch)
 	}
 	switch d.Kind {
-	case "volumes":
+	case KindVolumes:
 		v := d.Volumes
 		if len(v.PatchSize) != 3 || slices.Min(v.PatchSize) < 1 {
 			bad("data.volumes.patch_size", "must be [D, H, W] with sizes ≥ 1, not %v", v.PatchSize)
@@ -104,7 +104,7 @@ func (c *Config) Resolve() error {
 		if v.MaxPatients < 0 {
 			bad("data.volumes.max_patients", "must be ≥ 0, not %d", v.MaxPatients)
 		}
-	case "tokens":
+	case KindTokens:
 		t := d.Tokens
 		if t.SeqLen < 1 {
 			bad("data.tokens.seq_len", "must be ≥ 1 for kind = \"tokens\", not %d", t.SeqLen)
@@ -124,7 +124,7 @@ func (c *Config) Resolve() error {
 				bad("data.tokens.block_size", "must be 0 with data.tokens.segments (HDP lays out segments, not blocks), not %d", t.BlockSize)
 			}
 		}
-	case "images":
+	case KindImages:
 		if d.Images.Size < 1 {
 			bad("data.images.size", "must be ≥ 1 for kind = \"images\", not %d", d.Images.Size)
 		}

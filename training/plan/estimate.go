@@ -16,20 +16,20 @@ import (
 func Estimate(c *config.Config, m *artifacts.Manifest) (spec []data.TensorSpec, cacheBytes int64, ok bool) {
 	d := c.Data
 	switch d.Kind {
-	case "volumes":
+	case config.KindVolumes:
 		p := d.Volumes.PatchSize
 		return []data.TensorSpec{
 			{Name: "volume", DType: data.Float32, Shape: []int{1, p[0], p[1], p[2]}},
 			{Name: "index", DType: data.Int64, Shape: []int{4}},
 		}, setup.VolumeCacheBytes(c), true
-	case "images":
+	case config.KindImages:
 		s := d.Images.Size
 		shape := []int{3, s, s}
 		if d.Images.Layout == "NHWC" {
 			shape = []int{s, s, 3}
 		}
 		return []data.TensorSpec{{Name: "image", DType: data.Float32, Shape: shape}, {Name: "label", DType: data.Int64}}, 0, true
-	case "tokens":
+	case config.KindTokens:
 		tc := setup.TokensConfig(c, m)
 		L := []int{tc.SeqLen}
 		spec = []data.TensorSpec{

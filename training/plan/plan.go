@@ -189,7 +189,7 @@ type Loader struct {
 // made before the data is there. It reports whether data.train is missing.
 func Resolve(c *config.Config) (trainMissing bool, err error) {
 	err = c.Resolve()
-	if err == nil || c.Data.Train != "" || c.Data.Kind == "synthetic" {
+	if err == nil || c.Data.Train != "" || c.Data.Kind == config.KindSynthetic {
 		return false, err
 	}
 	var rest []error
@@ -281,7 +281,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 		}
 		pm.Params = n
 		switch {
-		case c.Data.Kind == "synthetic":
+		case c.Data.Kind == config.KindSynthetic:
 			// Synthetic data is shaped after the graph's inputs, which only
 			// building the recipe tells; synthetic runs are small.
 			rm, err := models.Build(mc.Recipe, mc.Params)
@@ -390,17 +390,17 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 		}
 	}
 	switch {
-	case d.Kind == "synthetic":
+	case d.Kind == config.KindSynthetic:
 		pd.Validation = fmt.Sprintf("synthetic, %d samples", setup.SyntheticValLen)
 	case d.Val != "":
 		pd.Validation = "data.val"
-	case d.Kind == "volumes" && d.Volumes.TrainSplit < 1:
+	case d.Kind == config.KindVolumes && d.Volumes.TrainSplit < 1:
 		pd.Validation = fmt.Sprintf("%.0f%% of data.train's patients (data.volumes.train_split = %g)", 100*(1-d.Volumes.TrainSplit), d.Volumes.TrainSplit)
 	default:
 		pd.Validation = "none (data.val not set)"
 	}
 	switch {
-	case d.Kind == "synthetic":
+	case d.Kind == config.KindSynthetic:
 	case d.Train == "":
 		pd.Unopened = "data.train not set — pass --set data.train=PATH"
 	case !pd.Train.Exists:

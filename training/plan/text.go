@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 )
 
@@ -31,7 +32,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 	row("data", "%s", d.Kind)
 	for _, pp := range []Path{d.Train, d.Val} {
 		switch {
-		case d.Kind == "synthetic":
+		case d.Kind == config.KindSynthetic:
 		case pp.Path == "":
 			row("  "+pp.Key, "not set")
 		case pp.Exists:

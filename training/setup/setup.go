@@ -41,7 +41,7 @@ const (
 func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset, err error) {
 	d := c.Data
 	for _, p := range []struct{ key, path string }{{"data.train", d.Train}, {"data.val", d.Val}} {
-		if p.path == "" || d.Kind == "synthetic" {
+		if p.path == "" || d.Kind == config.KindSynthetic {
 			continue
 		}
 		if _, err := os.Stat(p.path); err != nil {
@@ -49,13 +49,13 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		}
 	}
 	switch d.Kind {
-	case "synthetic":
+	case config.KindSynthetic:
 		if train, err = NewSynthetic(m, SyntheticTrainLen, uint64(c.Seed)); err != nil {
 			return nil, nil, err
 		}
 		val, err = NewSynthetic(m, SyntheticValLen, uint64(c.Seed)+1<<32)
 		return train, val, err
-	case "images":
+	case config.KindImages:
 		layout := images.NCHW
 		if d.Images.Layout == "NHWC" {
 			layout = images.NHWC
@@ -71,7 +71,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			val, err = open(d.Val, false)
 		}
 		return train, val, err
-	case "volumes":
+	case config.KindVolumes:
 		v := d.Volumes
 		cfg := volumes.Config{TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients,
 			PatchSize: xyz(v.PatchSize), Stride: xyz(v.Stride), CacheBytes: VolumeCacheBytes(c)}
@@ -95,7 +95,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			val, err = volumes.New(cfg)
 		}
 		return train, val, err
-	case "tokens":
+	case config.KindTokens:
 		if err := checkSegments(c); err != nil {
 			return nil, nil, err
 		}

@@ -139,7 +139,7 @@ func New(o Options) (t *Trainer, err error) {
 	if t.val != nil {
 		t.valEvery = c.Trainer.ValCheckInterval.StepsIn(stepsPerEpoch)
 	}
-	if c.Data.Kind == "tokens" {
+	if c.Data.Kind == config.KindTokens {
 		t.tokens = int64(c.Data.Tokens.SeqLen)
 	}
 	if t.sched, err = schedule.FromConfig(c, maxSteps, 1); err != nil {
