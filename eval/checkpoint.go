@@ -374,9 +374,10 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 		r.Mean["val/nll"], _ = ppl.MeanNLL()
 		r.Mean["val/ppl"], _ = ppl.Value()
 	}
-	if classes > 0 {
-		for _, k := range []int{1, min(5, classes)} {
-			if r.Mean[fmt.Sprintf("top%d", k)], err = topk.Accuracy(k); err != nil {
+	// Named as validation names them (val/top5 only with 5 classes or more).
+	for _, k := range []int{1, 5} {
+		if classes >= k {
+			if r.Mean[fmt.Sprintf("val/top%d", k)], err = topk.Accuracy(k); err != nil {
 				return err
 			}
 		}
