@@ -55,6 +55,10 @@ type Model struct {
 	Params map[string]any `toml:"params"`
 	// Loss names the graph output that is minimised. Default "loss".
 	Loss string `toml:"loss"`
+	// LabelSmoothing mixes cross-entropy's one-hot targets with the
+	// uniform distribution, as PyTorch's label_smoothing (model.onnx with
+	// loss = "cross_entropy"; recipes carry their own). Default 0.
+	LabelSmoothing float64 `toml:"label_smoothing,omitempty"`
 	// Trainable lists the parameters (names or path.Match globs) that are
 	// trained; empty means all that are not Frozen.
 	Trainable []string `toml:"trainable"`

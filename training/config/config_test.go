@@ -95,6 +95,7 @@ func TestResolveErrors(t *testing.T) {
 		{"both artifacts and recipe", []string{"model.artifacts=/a"}, []string{"model.artifacts", "not both"}},
 		{"nan clip threshold", []string{"trainer.gradient_clip_val=nan"}, []string{"trainer.gradient_clip_val", "not a finite number"}},
 		{"infinite lr", []string{"optimizer.lr=inf"}, []string{"optimizer.lr", "not a finite number"}},
+		{"label smoothing without an onnx cross-entropy", []string{"model.label_smoothing=0.1"}, []string{"model.label_smoothing", "cross_entropy"}},
 		{"several devices", []string{"trainer.devices=4"}, []string{"trainer.devices", "data-parallel"}},
 		{"unknown recompute", []string{`model.recompute="layers"`}, []string{"model.recompute", "layers", "blocks"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},

@@ -48,6 +48,14 @@ func (c *Config) Resolve() error {
 	if m.Loss == "" {
 		bad("model.loss", "must name the loss output")
 	}
+	if m.LabelSmoothing != 0 {
+		switch {
+		case m.LabelSmoothing < 0 || m.LabelSmoothing >= 1:
+			bad("model.label_smoothing", "must be in [0, 1), not %g", m.LabelSmoothing)
+		case m.ONNX == "" || m.Loss != "cross_entropy":
+			bad("model.label_smoothing", "applies to model.onnx trained with loss = \"cross_entropy\" (recipes set their own; prebuilt artifacts have theirs baked in)")
+		}
+	}
 	if len(m.InputShapes) > 0 && m.Artifacts != "" {
 		bad("model.input_shapes", "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) keep their shapes (ortrain artifacts build --input-shape)")
 	}

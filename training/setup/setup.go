@@ -25,6 +25,7 @@ import (
 	"github.com/ortrain/ortrain/training/data/tokens"
 	"github.com/ortrain/ortrain/training/data/volumes"
 	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/precision"
 )
@@ -328,10 +329,11 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		source = "recipe " + mc.Recipe
 	} else {
 		switch opts.Loss = mc.Loss; opts.Loss {
-		case "mse", "l1", "cross_entropy", "bce_with_logits":
+		case loss.MSE, loss.L1, loss.CrossEntropy, loss.BCEWithLogits:
 		default:
 			opts.Loss = "output:" + opts.Loss
 		}
+		opts.LabelSmoothing = mc.LabelSmoothing
 	}
 	m, err := artifacts.Build(opts)
 	if err != nil {
