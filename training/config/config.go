@@ -171,6 +171,10 @@ type Images struct {
 	Size int `toml:"size"`
 	// Layout is NCHW or NHWC. Default NCHW.
 	Layout string `toml:"layout"`
+	// ValResize is the shorter side validation images are resized to
+	// before the centre crop of Size; 0 means Size·256/224, torchvision's
+	// ratio (256 for 224).
+	ValResize int `toml:"val_resize,omitempty"`
 }
 
 // Trainer holds the loop settings, named as in Lightning's Trainer ([trainer]).

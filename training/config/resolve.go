@@ -133,6 +133,9 @@ func (c *Config) Resolve() error {
 			}
 		}
 	case KindImages:
+		if im := d.Images; im.ValResize != 0 && im.ValResize < im.Size {
+			bad("data.images.val_resize", "%d is smaller than the crop data.images.size = %d", im.ValResize, im.Size)
+		}
 		if d.Images.Size < 1 {
 			bad("data.images.size", "must be ≥ 1 for kind = \"images\", not %d", d.Images.Size)
 		}

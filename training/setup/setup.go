@@ -66,7 +66,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			if err != nil {
 				return nil, err
 			}
-			return images.New(items, images.Config{Train: isTrain, Size: d.Images.Size, Layout: layout})
+			return images.New(items, images.Config{Train: isTrain, Size: d.Images.Size, Resize: d.Images.ValResize, Layout: layout})
 		}
 		if train, err = open(d.Train, true); err == nil && d.Val != "" {
 			val, err = open(d.Val, false)

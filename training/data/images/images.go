@@ -115,7 +115,7 @@ type Config struct {
 	// to Resize and the center Size×Size cropped.
 	Train   bool
 	Size    int // 224
-	Resize  int // 256
+	Resize  int // validation's shorter side before the crop; 0: Size·256/224
 	Layout  Layout
 	Mean    [3]float32 // ImageNet's, on [0, 1] pixels
 	Std     [3]float32
@@ -141,7 +141,9 @@ func New(items []Item, cfg Config) (*Dataset, error) {
 		cfg.Size = 224
 	}
 	if cfg.Resize == 0 {
-		cfg.Resize = 256
+		// torchvision's ratio: 256 for a 224 crop, at any crop size (a
+		// fixed 256 would keep a quarter of a 64-px image's short side).
+		cfg.Resize = (cfg.Size*256 + 112) / 224
 	}
 	if cfg.Std == ([3]float32{}) {
 		cfg.Mean, cfg.Std = [3]float32{0.485, 0.456, 0.406}, [3]float32{0.229, 0.224, 0.225}
