@@ -292,9 +292,12 @@ func TestResampleMatchesBilinear(t *testing.T) {
 // is given.
 func TestValidationResizeFollowsTheCrop(t *testing.T) {
 	for _, c := range []struct{ size, resize, want int }{{224, 0, 256}, {64, 0, 73}, {288, 0, 329}, {224, 232, 232}} {
-		ds, err := New(nil, Config{Size: c.size, Resize: c.resize})
-		if err != nil || ds.cfg.Resize != c.want {
-			t.Errorf("crop %d, resize %d: resize %d (%v), want %d", c.size, c.resize, ds.cfg.Resize, err, c.want)
+		ds, err := New([]Item{{Path: "a.jpg"}}, Config{Size: c.size, Resize: c.resize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds.cfg.Resize != c.want {
+			t.Errorf("crop %d, resize %d: resize %d, want %d", c.size, c.resize, ds.cfg.Resize, c.want)
 		}
 	}
 }
