@@ -61,17 +61,20 @@ Examples:
 			&cli.Float64Flag{Name: "data-range", Usage: "with --reference: intensity range for PSNR and SSIM (default: the reference's max - min)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the metrics as JSON"},
 			&cli.StringFlag{Name: "report", Usage: "also write an HTML report with slices and error maps to this file"},
-			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing --report file and metrics.json/metrics.csv"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing --report or --out file and metrics.json/metrics.csv"},
 		},
 		Action: evalAction,
 	}
 }
 
 func evalAction(c *cli.Context) error {
-	// An existing report is refused before anything is computed or written.
-	if path := c.String("report"); path != "" && !c.Bool("overwrite") {
-		if _, err := os.Lstat(path); err == nil {
-			return &safefile.ExistsError{Path: path}
+	// An existing report or reconstruction is refused before anything is
+	// computed or written.
+	for _, flag := range []string{"report", "out"} {
+		if path := c.String(flag); path != "" && !c.Bool("overwrite") {
+			if _, err := os.Lstat(path); err == nil {
+				return &safefile.ExistsError{Path: path}
+			}
 		}
 	}
 	switch {

@@ -74,7 +74,7 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	}
 	errOut.Reset()
 	evalArgs[len(evalArgs)-1] = filepath.Join(root, "eval2")
-	if code := run(evalArgs, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "does not overwrite") {
+	if code := run(evalArgs, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), recon+" exists") {
 		t.Errorf("a second eval onto %s: exit %d, %q; want 2, the file kept", recon, code, errOut.String())
 	}
 }
