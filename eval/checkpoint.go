@@ -33,6 +33,8 @@ type CheckpointOptions struct {
 	Checkpoint string
 	// Config replaces the configuration saved in the checkpoint; nil keeps it.
 	Config *config.Config
+	// Overwrite lets Out replace an existing file.
+	Overwrite bool
 	// Sets are --set overrides applied to the checkpoint's configuration
 	// when Config is nil (data.val=..., a new validation set).
 	Sets []string
@@ -183,8 +185,8 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 		if len(files) != 1 {
 			return &InputError{File: o.Out, Err: fmt.Errorf("--out writes one reconstruction, but %d volumes are evaluated: pass one --input", len(files))}
 		}
-		if _, err := os.Stat(o.Out); err == nil {
-			return &InputError{File: o.Out, Err: errors.New("exists; ortrain does not overwrite it")}
+		if _, err := os.Stat(o.Out); err == nil && !o.Overwrite {
+			return &InputError{File: o.Out, Err: errors.New("exists; ortrain does not overwrite it without --overwrite")}
 		}
 	}
 	model, err := OpenModel(dir, weights, o.Session)

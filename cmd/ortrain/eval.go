@@ -115,7 +115,7 @@ func evalCheckpoint(c *cli.Context) error {
 		}
 	}
 	res, err := eval.EvaluateCheckpoint(c.Context, eval.CheckpointOptions{
-		Checkpoint: c.String("checkpoint"), Config: cfg, Sets: setsWithoutConfig(c), Inputs: c.StringSlice("input"), Out: c.String("out"),
+		Checkpoint: c.String("checkpoint"), Config: cfg, Sets: setsWithoutConfig(c), Overwrite: c.Bool("overwrite"), Inputs: c.StringSlice("input"), Out: c.String("out"),
 		Overlap: c.Float64("overlap"), Mode: mode, BatchSize: c.Int("batch-size"), Session: opts,
 	})
 	if err != nil {
