@@ -116,6 +116,11 @@ type Data struct {
 	MemoryLimit ByteSize `toml:"memory_limit"`
 	// DropLast drops the last incomplete batch of an epoch. Default false.
 	DropLast bool `toml:"drop_last"`
+	// SkipBadFiles drops samples whose file cannot be read (a corrupt
+	// JPEG, a truncated volume) instead of stopping the run; they are
+	// counted as data/skipped_samples. Default false: a bad file stops the
+	// run with a checkpoint of the steps done, naming the file.
+	SkipBadFiles bool `toml:"skip_bad_files,omitempty"`
 	// Shuffle reshuffles the training set every epoch. Default true.
 	Shuffle bool `toml:"shuffle"`
 

@@ -74,7 +74,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		return train, val, err
 	case config.KindVolumes:
 		v := d.Volumes
-		cfg := volumes.Config{TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients,
+		cfg := volumes.Config{TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients, SkipBadFiles: d.SkipBadFiles,
 			PatchSize: xyz(v.PatchSize), Stride: xyz(v.Stride), CacheBytes: VolumeCacheBytes(c)}
 		if len(v.Window) == 2 {
 			cfg.Window = volumes.Window{Low: float32(v.Window[0]), High: float32(v.Window[1])}
@@ -363,7 +363,7 @@ func LoaderConfig(c *config.Config, train bool) data.Config {
 	// num_workers = 0 (load on the training goroutine) runs one worker:
 	// the loader always loads ahead.
 	cfg := data.Config{BatchSize: d.BatchSize, Workers: max(1, d.NumWorkers), Prefetch: d.Prefetch,
-		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast}
+		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast, SkipBadFiles: d.SkipBadFiles}
 	if !train {
 		cfg.Shuffle, cfg.DropLast = false, false
 	}

@@ -83,6 +83,7 @@ type Trainer struct {
 	state       callback.State
 	updates     int64       // optimizer updates applied (skipped steps excluded)
 	skipsInARow int         // steps skipped since the last applied one
+	skippedBad  int64       // bad samples the loader dropped (data.skip_bad_files)
 	cursor      data.Cursor // where the train loader resumes after the last step
 	accum       int
 	clip        float64
@@ -253,6 +254,9 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		r.Samples += int64(rows)
 		r.Tokens += realTokens(b, rows, t.tokens)
 		r.DataWait += b.Wait
+		if b.Skipped > 0 {
+			t.skippedBad += int64(b.Skipped)
+		}
 		ok = ok && finite(loss)
 		t.cursor = b.Cursor
 	}
@@ -282,6 +286,12 @@ func (t *Trainer) step() (callback.StepResult, error) {
 			LastCheckpoint: t.lastCheckpoint()}
 	}
 	r.Skipped = !ok
+	if t.cfg.Data.SkipBadFiles {
+		if r.Metrics == nil {
+			r.Metrics = map[string]float64{}
+		}
+		r.Metrics["data/skipped_samples"] = float64(t.skippedBad)
+	}
 	t.state.Step++
 	t.state.Epoch = int64(t.cursor.Epoch)
 	r.Duration = time.Since(start)

@@ -563,3 +563,17 @@ func TestBadTrainingData(t *testing.T) {
 		t.Errorf("checkpoint's data position %+v (%v), want batch 4: step 3 begins there", cur, err)
 	}
 }
+
+// TestSkipBadFiles: with data.skip_bad_files the run goes on past a
+// sample that cannot be loaded, and counts it.
+func TestSkipBadFiles(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "data.skip_bad_files=true", "data.shuffle=false", "trainer.max_steps=6")
+	rec := &recorder{}
+	if _, err := run(t, c, "", "", rec, badSample{newBlobs(96, 1), 40}); err != nil {
+		t.Fatal(err)
+	}
+	last := rec.results[len(rec.results)-1]
+	if len(rec.results) != 6 || last.Metrics["data/skipped_samples"] != 1 {
+		t.Errorf("%d steps, skipped %v; want 6 and 1", len(rec.results), last.Metrics["data/skipped_samples"])
+	}
+}
