@@ -20,6 +20,7 @@ import (
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/nifti"
+	"github.com/ortrain/ortrain/training/data/tokens"
 	"github.com/ortrain/ortrain/training/data/volumes"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safetensors"
@@ -49,6 +50,13 @@ type CheckpointOptions struct {
 	Mode      sliding.Mode
 	BatchSize int
 	Session   ort.Options
+	// Generate, for a bd3lm checkpoint, samples answers to the first
+	// Generate validation questions with Decoding and reports GSM8K's
+	// exact-match accuracy as val/exact_match; Progress, when set, hears
+	// of each answer.
+	Generate int
+	Decoding Decoding
+	Progress func(done, correct, total int)
 }
 
 // CheckpointResult is what an evaluation measured.
@@ -62,6 +70,8 @@ type CheckpointResult struct {
 	Mean map[string]float64 `json:"mean"`
 	// Reports holds the report entries of the volumes (not serialised).
 	Reports []report.VolumeResult `json:"-"`
+	// Generations are the answers sampled for Generate (written apart).
+	Generations []Generation `json:"-"`
 }
 
 // EvaluateCheckpoint loads a checkpoint's weights into its eval graph and
@@ -70,12 +80,84 @@ type CheckpointResult struct {
 // other models get the mean validation loss (and top-1/top-5 accuracy when
 // the model classifies).
 func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointResult, error) {
-	cfg := o.Config
+	lc, err := openCheckpoint(o.Checkpoint, o.Config, o.Sets, o.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer lc.close()
+	cfg, ck, ckDir, dir, m, weights := lc.cfg, lc.ck, lc.ck.Dir, lc.dir, lc.m, lc.weights
+	res := &CheckpointResult{Checkpoint: ckDir, Step: ck.State.Step, Mean: map[string]float64{}}
+	var gen *Sampler
+	var questions []tokens.Example
+	if o.Generate > 0 {
+		// Refused before the validation pass: another recipe, no questions.
+		if gen, questions, err = generationSetup(lc, o); err != nil {
+			return nil, err
+		}
+		defer gen.Close()
+	}
+	if cfg.Data.Kind == config.KindVolumes || len(o.Inputs) > 0 {
+		err = res.volumes(ctx, o, cfg, dir, weights)
+	} else {
+		err = res.loss(cfg, dir, m, weights, o.Session)
+	}
+	if err == nil && gen != nil {
+		var progress func(done, correct int)
+		if o.Progress != nil {
+			progress = func(done, correct int) { o.Progress(done, correct, len(questions)) }
+		}
+		var acc float64
+		if acc, res.Generations, err = ExactMatch(ctx, gen, questions, o.Decoding, progress); err == nil {
+			res.Mean["val/exact_match"] = acc
+			res.Mean["val/generated"] = float64(len(questions))
+		}
+	}
+	return res, err
+}
+
+// generationSetup makes the sampler for o.Generate and reads the first
+// o.Generate questions of the validation file (all when it has fewer).
+func generationSetup(lc *loadedCheckpoint, o CheckpointOptions) (*Sampler, []tokens.Example, error) {
+	if err := o.Decoding.Check(); err != nil {
+		return nil, nil, err
+	}
+	cfg := lc.cfg
+	if cfg.Data.Kind != config.KindTokens || cfg.Data.Val == "" {
+		return nil, nil, &InputError{File: lc.ck.Dir, Err: errors.New("--generate answers the validation questions: the configuration needs data.kind = \"tokens\" and data.val (a GSM8K JSONL file; --set data.val=PATH)")}
+	}
+	s, err := newSampler(lc, o.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	ex, _, err := tokens.ReadGSM8K(cfg.Data.Val, cfg.Data.SkipBadFiles)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, ex[:min(o.Generate, len(ex))], nil
+}
+
+// loadedCheckpoint is a checkpoint with the configuration it is evaluated
+// under, its artifacts and its weights.
+type loadedCheckpoint struct {
+	cfg     *config.Config
+	ck      *checkpoint.Checkpoint
+	dir     string // the artifacts
+	m       *artifacts.Manifest
+	weights WeightSource
+	close   func()
+}
+
+// openCheckpoint finds the checkpoint spec names (a checkpoint directory, a
+// version directory or "last" with cfg naming the run) and loads it with
+// cfg, or with the configuration saved in it and sets on top when cfg is
+// nil; the artifacts are built for it if needed.
+func openCheckpoint(spec string, cfg *config.Config, sets []string, session ort.Options) (*loadedCheckpoint, error) {
 	outputDir, name := "outputs", ""
 	if cfg != nil {
 		outputDir, name = cfg.OutputDir, cfg.Name
 	}
-	ckDir, version, err := rundir.FindCheckpoint("--checkpoint", o.Checkpoint, outputDir, name)
+	ckDir, version, err := rundir.FindCheckpoint("--checkpoint", spec, outputDir, name)
 	if err != nil {
 		return nil, err
 	}
@@ -83,36 +165,33 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 	if err != nil {
 		return nil, err
 	}
-	defer ck.Close()
+	fail := func(err error) (*loadedCheckpoint, error) {
+		ck.Close()
+		return nil, err
+	}
 	if cfg == nil {
 		// The run's own configuration, with the caller's --set on top.
 		if cfg, err = config.Parse([]byte(ck.State.Config), filepath.Join(ckDir, checkpoint.StateFile)); err == nil {
-			if err = cfg.Override(o.Sets...); err == nil {
+			if err = cfg.Override(sets...); err == nil {
 				err = cfg.Resolve()
 			}
 		}
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
-	} else if len(o.Sets) > 0 {
-		return nil, fmt.Errorf("eval: Sets apply to the checkpoint's configuration; with Config given, apply them to it")
+	} else if len(sets) > 0 {
+		return fail(fmt.Errorf("eval: Sets apply to the checkpoint's configuration; with Config given, apply them to it"))
 	}
-	dir, m, err := setup.Artifacts(cfg, version, o.Session)
+	dir, m, err := setup.Artifacts(cfg, version, session)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	weights, closeWeights, err := checkpointWeights(ck, dir, m)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	defer closeWeights()
-	res := &CheckpointResult{Checkpoint: ckDir, Step: ck.State.Step, Mean: map[string]float64{}}
-	if cfg.Data.Kind == config.KindVolumes || len(o.Inputs) > 0 {
-		err = res.volumes(ctx, o, cfg, dir, weights)
-	} else {
-		err = res.loss(cfg, dir, m, weights, o.Session)
-	}
-	return res, err
+	return &loadedCheckpoint{cfg: cfg, ck: ck, dir: dir, m: m, weights: weights,
+		close: func() { closeWeights(); ck.Close() }}, nil
 }
 
 // checkpointWeights serves the eval graph's weights from the checkpoint,

@@ -178,6 +178,19 @@ func buildVQGAN(params map[string]any) (*Model, error) {
 		Feeds: map[string]string{vqgan.Input: "volume"}, ParamCount: c.ParamCount()}, nil
 }
 
+// LMConfig decodes the bd3lm recipe's parameters (as model.params gives
+// them) into its configuration: what a sampler needs to lay out blocks.
+func LMConfig(params map[string]any) (diffusionlm.Config, error) {
+	c := diffusionlm.Default()
+	if err := decode("bd3lm", params, &c); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, &Error{err.Error()}
+	}
+	return c, nil
+}
+
 func buildLM(params map[string]any) (*Model, error) {
 	c := diffusionlm.Default()
 	if err := decode("bd3lm", params, &c); err != nil {

@@ -62,6 +62,11 @@ Examples:
 			&cli.BoolFlag{Name: "json", Usage: "print the metrics as JSON"},
 			&cli.StringFlag{Name: "report", Usage: "also write an HTML report with slices and error maps to this file"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing --report or --out file and metrics.json/metrics.csv"},
+			&cli.IntFlag{Name: "generate", Usage: "bd3lm: sample answers to the first N validation questions and report GSM8K exact-match accuracy (val/exact_match); answers go to generations.jsonl"},
+			&cli.IntFlag{Name: "steps", Usage: "with --generate: denoising steps per block (default: the block length)"},
+			&cli.Float64Flag{Name: "temperature", Usage: "with --generate: sampling temperature (default 0: the most likely token)"},
+			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "with --generate: nucleus sampling probability"},
+			&cli.Uint64Flag{Name: "seed", Usage: "with --generate: seed of the draws"},
 		},
 		Action: evalAction,
 	}
@@ -103,21 +108,25 @@ func evalCheckpoint(c *cli.Context) error {
 	if err := loadORT(c, ""); err != nil {
 		return err
 	}
-	opts := ort.Options{}
-	if d := c.String("device"); d != "" {
-		if opts.Device, err = ort.ParseDevice(d); err != nil {
-			return err
-		}
-	} else if cfg != nil {
-		providers, _ := ort.AvailableProviders()
-		if opts, err = cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider")); err != nil {
-			return err
-		}
+	opts, err := checkpointSession(c, cfg)
+	if err != nil {
+		return err
 	}
-	res, err := eval.EvaluateCheckpoint(c.Context, eval.CheckpointOptions{
+	o := eval.CheckpointOptions{
 		Checkpoint: c.String("checkpoint"), Config: cfg, Sets: setsWithoutConfig(c), Overwrite: c.Bool("overwrite"), Inputs: c.StringSlice("input"), Out: c.String("out"),
 		Overlap: c.Float64("overlap"), Mode: mode, BatchSize: c.Int("batch-size"), Session: opts,
-	})
+	}
+	if o.Generate, err = generateOptions(c, &o.Decoding); err != nil {
+		return err
+	}
+	if o.Generate > 0 {
+		o.Progress = func(done, correct, total int) {
+			if done%10 == 0 || done == total {
+				fmt.Fprintf(c.App.ErrWriter, "generated %d/%d answers, %d correct\n", done, total, correct)
+			}
+		}
+	}
+	res, err := eval.EvaluateCheckpoint(c.Context, o)
 	if err != nil {
 		return err
 	}
@@ -127,6 +136,21 @@ func evalCheckpoint(c *cli.Context) error {
 	}
 	if err := writeEvalMetrics(dir, res, c.Bool("overwrite")); err != nil {
 		return err
+	}
+	if o.Generate > 0 {
+		path := filepath.Join(dir, "generations.jsonl")
+		err := safefile.Write(path, c.Bool("overwrite"), func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			for _, g := range res.Generations {
+				if err := enc.Encode(g); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	w := c.App.Writer
 	if c.Bool("json") {
@@ -154,6 +178,53 @@ func evalCheckpoint(c *cli.Context) error {
 	return nil
 }
 
+// generateOptions reads eval's --generate and its decoding flags into d;
+// decoding flags without --generate, and bad values, are refused.
+func generateOptions(c *cli.Context, d *eval.Decoding) (int, error) {
+	n := c.Int("generate")
+	if !c.IsSet("generate") {
+		for _, f := range []string{"steps", "temperature", "top-p", "seed"} {
+			if c.IsSet(f) {
+				return 0, usageError{fmt.Errorf("--%s applies to --generate", f)}
+			}
+		}
+		return 0, nil
+	}
+	if n < 1 {
+		return 0, usageError{fmt.Errorf("--generate %d: want the number of validation questions to answer (at least 1)", n)}
+	}
+	var err error
+	*d, err = decodingFlags(c)
+	return n, err
+}
+
+// decodingFlags reads --steps, --temperature, --top-p and --seed; an
+// explicit --steps 0 is refused (unset means the block length).
+func decodingFlags(c *cli.Context) (eval.Decoding, error) {
+	d := eval.Decoding{Steps: c.Int("steps"), Temperature: c.Float64("temperature"), TopP: c.Float64("top-p"), Seed: c.Uint64("seed")}
+	if c.IsSet("steps") && d.Steps < 1 {
+		return d, usageError{fmt.Errorf("--steps %d: each block needs at least one denoising step", d.Steps)}
+	}
+	if err := d.Check(); err != nil {
+		return d, usageError{err}
+	}
+	return d, nil
+}
+
+// checkpointSession is the session a command reading a checkpoint runs
+// with: on --device, or as cfg's trainer says (cfg may be nil: the CPU).
+func checkpointSession(c *cli.Context, cfg *config.Config) (ort.Options, error) {
+	opts := ort.Options{}
+	var err error
+	if d := c.String("device"); d != "" {
+		opts.Device, err = ort.ParseDevice(d)
+	} else if cfg != nil {
+		providers, _ := ort.AvailableProviders()
+		opts, err = cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider"))
+	}
+	return opts, err
+}
+
 // setsWithoutConfig returns the --set overrides when no --config is given:
 // they then apply to the configuration saved in the checkpoint (with
 // --config they were applied to it already).
@@ -168,7 +239,11 @@ func setsWithoutConfig(c *cli.Context) []string {
 // not hold them already unless overwrite; each appears whole or not at all.
 func writeEvalMetrics(dir string, res *eval.CheckpointResult, overwrite bool) error {
 	js, csvPath := filepath.Join(dir, "metrics.json"), filepath.Join(dir, "metrics.csv")
-	for _, p := range []string{js, csvPath} {
+	files := []string{js, csvPath}
+	if len(res.Generations) > 0 {
+		files = append(files, filepath.Join(dir, "generations.jsonl"))
+	}
+	for _, p := range files {
 		if _, err := os.Stat(p); err == nil && !overwrite {
 			return usageError{fmt.Errorf("%s exists; pass another --out-dir, or --overwrite", p)}
 		}

@@ -45,7 +45,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		},
 		Commands: []*cli.Command{
 			trainCommand(), evalCommand(), artifactsCommand(), reportCommand(),
-			planCommand(), doctorCommand(), exportCommand(), quickstartCommand(), benchCommand(),
+			sampleCommand(), planCommand(), doctorCommand(), exportCommand(), quickstartCommand(), benchCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run decides the exit code
 		// --set optimizer.betas=[0.9,0.95] is one value: commas do not split it.

@@ -164,7 +164,8 @@ type Tokens struct {
 	// SamplingEpsMin and SamplingEpsMax clip the diffusion noise level: t
 	// is drawn uniformly from [min, max) rather than [0, 1), BD3-LM's
 	// clipped schedule, so the NELBO's 1/t weight stays bounded. Unset
-	// (both 0) means [0, 1). BD3-LM's names and its default [1e-3, 1].
+	// (both 0) means [0, 1); sampling_eps_min alone means [min, 1).
+	// BD3-LM's names and its default [1e-3, 1].
 	SamplingEpsMin float64 `toml:"sampling_eps_min,omitempty"`
 	SamplingEpsMax float64 `toml:"sampling_eps_max,omitempty"`
 }

@@ -97,6 +97,7 @@ func TestResolveErrors(t *testing.T) {
 		{"infinite lr", []string{"optimizer.lr=inf"}, []string{"optimizer.lr", "not a finite number"}},
 		{"label smoothing without an onnx cross-entropy", []string{"model.label_smoothing=0.1"}, []string{"model.label_smoothing", "cross_entropy"}},
 		{"several devices", []string{"trainer.devices=4"}, []string{"trainer.devices", "data-parallel"}},
+		{"noise clip above its top", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.sampling_eps_min=0.5", "data.tokens.sampling_eps_max=0.4"}, []string{"data.tokens.sampling_eps_min", "[0.5, 0.4)"}},
 		{"unknown recompute", []string{`model.recompute="layers"`}, []string{"model.recompute", "layers", "blocks"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 	} {
@@ -197,6 +198,20 @@ momentum = 0.9
 		if !reflect.DeepEqual(tc.got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.what, tc.got, tc.want)
 		}
+	}
+}
+
+// TestNoiseClipAlone: sampling_eps_min alone clips t to [min, 1).
+func TestNoiseClipAlone(t *testing.T) {
+	c := mustParse(t, minimal)
+	if err := c.Override("data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.sampling_eps_min=1e-3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if tk := c.Data.Tokens; tk.SamplingEpsMin != 1e-3 || tk.SamplingEpsMax != 1 {
+		t.Errorf("noise range [%g, %g), want [0.001, 1)", tk.SamplingEpsMin, tk.SamplingEpsMax)
 	}
 }
 

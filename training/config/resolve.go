@@ -203,7 +203,10 @@ func (c *Config) Resolve() error {
 	if t.Precision == FP32 && c.Runtime.UseTF32 {
 		bad("runtime.use_tf32", "contradicts trainer.precision = \"32\" (strict fp32); use trainer.precision = \"tf32\"")
 	}
-	if tk := c.Data.Tokens; tk.SamplingEpsMin != 0 || tk.SamplingEpsMax != 0 {
+	if tk := &c.Data.Tokens; tk.SamplingEpsMin != 0 || tk.SamplingEpsMax != 0 {
+		if tk.SamplingEpsMax == 0 {
+			tk.SamplingEpsMax = 1 // only the lower clip given
+		}
 		if !(tk.SamplingEpsMin >= 0 && tk.SamplingEpsMin < tk.SamplingEpsMax && tk.SamplingEpsMax <= 1) {
 			bad("data.tokens.sampling_eps_min", "the noise range [%g, %g) must have 0 ≤ sampling_eps_min < sampling_eps_max ≤ 1", tk.SamplingEpsMin, tk.SamplingEpsMax)
 		}

@@ -106,7 +106,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		}
 		cfg := TokensConfig(c, m)
 		open := func(path string) (data.Dataset, error) {
-			ex, _, err := tokens.ReadGSM8K(path, false)
+			ex, _, err := tokens.ReadGSM8K(path, d.SkipBadFiles)
 			if err != nil {
 				return nil, err
 			}

@@ -27,6 +27,24 @@ func (e Example) Final() string {
 	return strings.TrimSpace(f)
 }
 
+// FinalAnswer extracts the final answer from generated text as GSM8K is
+// scored: the first line after the last "####", without thousands
+// separators, a leading "$" or a trailing "."; ok is false when the text has
+// no "####" line or nothing after it.
+func FinalAnswer(text string) (answer string, ok bool) {
+	i := strings.LastIndex(text, "####")
+	if i < 0 {
+		return "", false
+	}
+	a, _, _ := strings.Cut(text[i+len("####"):], "\n")
+	a = strings.TrimSpace(a)
+	a = strings.TrimPrefix(a, "$")
+	a = strings.TrimSuffix(a, ".")
+	a = strings.ReplaceAll(a, ",", "")
+	a = strings.TrimSpace(a)
+	return a, a != ""
+}
+
 var calc = regexp.MustCompile(`<<([^<>]*)>>`)
 
 // PlanText is the example's plan for HDP-Diffusion's plan segment: the
@@ -51,13 +69,35 @@ func (e Example) PlanText() string {
 // missing question or answer, no "####" line) is an error naming the file
 // and line, or, with skipBad, is skipped and counted.
 func ReadGSM8K(path string, skipBad bool) ([]Example, int, error) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, &FileError{File: path, Err: err}
 	}
 	defer f.Close()
-	return ParseGSM8K(filepath.Base(path), f, skipBad)
+	return ParseGSM8K(path, f, skipBad)
 }
+
+// FileError is a GSM8K file that cannot be read, or a line of it that is
+// not a GSM8K record: the user's to fix.
+type FileError struct {
+	File string
+	Line int // 0: the file as a whole
+	Err  error
+}
+
+func (e *FileError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%s: %v", e.File, e.Err)
+	}
+	return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+}
+func (e *FileError) Unwrap() error { return e.Err }
+
+// BadInput marks the error as bad input (exit code 2).
+func (e *FileError) BadInput() bool { return true }
 
 // maxLine bounds a JSONL line; GSM8K's longest is under 2 KB.
 const maxLine = 1 << 20
@@ -78,7 +118,7 @@ func ParseGSM8K(name string, r io.Reader, skipBad bool) ([]Example, int, error) 
 		e, err := parseLine(b)
 		if err != nil {
 			if !skipBad {
-				return nil, skipped, fmt.Errorf("%s:%d: %v", name, line, err)
+				return nil, skipped, &FileError{File: name, Line: line, Err: err}
 			}
 			skipped++
 			continue
@@ -87,9 +127,9 @@ func ParseGSM8K(name string, r io.Reader, skipBad bool) ([]Example, int, error) 
 	}
 	if err := sc.Err(); err != nil {
 		if err == bufio.ErrTooLong {
-			return nil, skipped, fmt.Errorf("%s:%d: line longer than %d bytes", name, line+1, maxLine)
+			return nil, skipped, &FileError{File: name, Line: line + 1, Err: fmt.Errorf("line longer than %d bytes", maxLine)}
 		}
-		return nil, skipped, fmt.Errorf("%s: %w", name, err)
+		return nil, skipped, &FileError{File: name, Err: err}
 	}
 	return out, skipped, nil
 }

@@ -2,6 +2,8 @@ package tokens
 
 import (
 	"bytes"
+	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,8 +59,13 @@ func TestReadGSM8K(t *testing.T) {
 	}
 
 	_, _, err = ReadGSM8K("testdata/gsm8k_bad.jsonl", false)
-	if err == nil || err.Error() != `gsm8k_bad.jsonl:2: answer has no "####" line with the final answer` {
-		t.Errorf("bad line: %v", err)
+	abs, _ := filepath.Abs("testdata/gsm8k_bad.jsonl")
+	var fe *FileError
+	if err == nil || err.Error() != abs+`:2: answer has no "####" line with the final answer` || !errors.As(err, &fe) || !fe.BadInput() {
+		t.Errorf("bad line: %v; want bad input naming the full path and line", err)
+	}
+	if _, _, err := ReadGSM8K("testdata/missing.jsonl", false); !errors.As(err, &fe) || !strings.Contains(err.Error(), abs[:len(abs)-len("gsm8k_bad.jsonl")]+"missing.jsonl") {
+		t.Errorf("missing file: %v; want bad input naming the full path", err)
 	}
 	ex, skipped, err = ReadGSM8K("testdata/gsm8k_bad.jsonl", true)
 	if err != nil || len(ex) != 2 || skipped != 4 {
@@ -248,5 +255,28 @@ func TestNoiseRange(t *testing.T) {
 		if _, err := New(ex, tok, Config{SeqLen: 24, BlockSize: 4, Noise: true, MinNoise: r[0], MaxNoise: r[1]}); err == nil {
 			t.Errorf("noise range %v accepted", r)
 		}
+	}
+}
+
+func TestFinalAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		text, want string
+		ok         bool
+	}{
+		{"She has 3 + 4 = <<3+4=7>>7 apples.\n#### 7", "7", true},
+		{"#### 1,234.\nmore text", "1234", true},
+		{"#### $18", "18", true},
+		{"first #### 2\nthen #### -5", "-5", true},
+		{"no final line", "", false},
+		{"####   \n", "", false},
+	} {
+		got, ok := FinalAnswer(tc.text)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("FinalAnswer(%q) = %q, %v; want %q, %v", tc.text, got, ok, tc.want, tc.ok)
+		}
+	}
+	e := Example{Answer: "Half of 48 is <<48/2=24>>24.\n#### 24"}
+	if got, _ := FinalAnswer(e.Answer); got != e.Final() {
+		t.Errorf("FinalAnswer of a GSM8K answer %q, Final %q", got, e.Final())
 	}
 }
