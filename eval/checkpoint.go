@@ -454,6 +454,7 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 	if ppl.Tokens() > 0 {
 		r.Mean["val/nll"], _ = ppl.MeanNLL()
 		r.Mean["val/ppl"], _ = ppl.Value()
+		r.Mean["val/bpt"], _ = ppl.BitsPerToken()
 	}
 	// Named as validation names them (val/top5 only with 5 classes or more).
 	for _, k := range []int{1, 5} {

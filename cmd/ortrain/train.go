@@ -145,9 +145,12 @@ func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) 
 // plan or execution longer than its segment), which would otherwise train
 // on shortened text silently.
 func warnTruncated(w io.Writer, key string, ds data.Dataset) {
-	if tr, ok := ds.(interface{ Truncated() int }); ok && tr.Truncated() > 0 {
+	if tr, ok := ds.(interface {
+		Truncated() int
+		Examples() int
+	}); ok && tr.Truncated() > 0 {
 		fmt.Fprintf(w, "ortrain: %s: %d of %d examples cut to fit data.tokens.seq_len / segments; raise them to keep whole examples\n",
-			key, tr.Truncated(), ds.Len())
+			key, tr.Truncated(), tr.Examples())
 	}
 }
 

@@ -168,6 +168,11 @@ type Tokens struct {
 	// BD3-LM's names and its default [1e-3, 1].
 	SamplingEpsMin float64 `toml:"sampling_eps_min,omitempty"`
 	SamplingEpsMax float64 `toml:"sampling_eps_max,omitempty"`
+	// ValTSamples is the number of noise draws per validation sequence
+	// (each its own t per block and masks), averaged in val/nll and
+	// val/ppl: the NELBO is an expectation over t, and one draw per
+	// sequence leaves a spread of the estimate. 0 means 1.
+	ValTSamples int `toml:"val_t_samples,omitempty"`
 }
 
 // Images configures images ([data.images]).

@@ -203,6 +203,9 @@ func (c *Config) Resolve() error {
 	if t.Precision == FP32 && c.Runtime.UseTF32 {
 		bad("runtime.use_tf32", "contradicts trainer.precision = \"32\" (strict fp32); use trainer.precision = \"tf32\"")
 	}
+	if c.Data.Tokens.ValTSamples < 0 {
+		bad("data.tokens.val_t_samples", "%d: want the number of noise draws per validation sequence (at least 1)", c.Data.Tokens.ValTSamples)
+	}
 	if tk := &c.Data.Tokens; tk.SamplingEpsMin != 0 || tk.SamplingEpsMax != 0 {
 		if tk.SamplingEpsMax == 0 {
 			tk.SamplingEpsMax = 1 // only the lower clip given

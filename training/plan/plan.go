@@ -100,6 +100,8 @@ type Data struct {
 	Validation   string `json:"validation"`
 	TrainSamples int    `json:"train_samples,omitempty"`
 	ValSamples   int    `json:"val_samples,omitempty"`
+	// ValDraws is the noise draws per validation sequence (diffusion LM).
+	ValDraws int `json:"val_draws,omitempty"`
 	// Unopened says why the dataset was not opened; "" when it was.
 	Unopened string `json:"unopened,omitempty"`
 }
@@ -419,6 +421,9 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 			pd.TrainSamples = train.Len()
 			if val != nil {
 				pd.ValSamples = val.Len()
+				if ex, ok := val.(interface{ Examples() int }); ok && ex.Examples() > 0 && ex.Examples() != val.Len() {
+					pd.ValSamples, pd.ValDraws = ex.Examples(), val.Len()/ex.Examples()
+				}
 			}
 			p.loader(c, train)
 			return

@@ -108,7 +108,7 @@ func TestResolveKeepsOtherErrors(t *testing.T) {
 }
 
 // TestWithData plans the HDP preset on a GSM8K file of 100 examples with
-// 20 for validation: the samples are counted, steps per epoch are
+// 20 for validation (each drawn 4 times): the samples are counted, steps per epoch are
 // ⌊100 / 8⌋ batches / 2 accumulated = 6, two epochs cut max_steps to 12,
 // validation every 3 steps (val_check_interval 0.5), and the LR points are
 // the schedule's at 0, end of warmup, middle and last step.
@@ -131,8 +131,8 @@ func TestWithData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Data.Unopened != "" || p.Data.TrainSamples != 100 || p.Data.ValSamples != 20 {
-		t.Fatalf("data %+v: want 100 and 20 samples opened", p.Data)
+	if p.Data.Unopened != "" || p.Data.TrainSamples != 100 || p.Data.ValSamples != 20 || p.Data.ValDraws != 4 {
+		t.Fatalf("data %+v: want 100 and 20 samples opened, the preset's 4 noise draws per validation sequence", p.Data)
 	}
 	s := p.Steps
 	if s.PerEpoch != 6 || s.Total != 12 || s.ValEvery != 3 {

@@ -43,7 +43,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	row("  validation", "%s", d.Validation)
 	if d.Unopened == "" {
-		row("  samples", "%d train, %d val", d.TrainSamples, d.ValSamples)
+		draws := ""
+		if d.ValDraws > 1 {
+			draws = fmt.Sprintf(" × %d noise draws", d.ValDraws)
+		}
+		row("  samples", "%d train, %d val%s", d.TrainSamples, d.ValSamples, draws)
 	} else {
 		row("  samples", "unknown: %s", d.Unopened)
 	}

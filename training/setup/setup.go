@@ -105,15 +105,16 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			return nil, nil, err
 		}
 		cfg := TokensConfig(c, m)
-		open := func(path string) (data.Dataset, error) {
+		open := func(path string, cfg tokens.Config) (data.Dataset, error) {
 			ex, _, err := tokens.ReadGSM8K(path, d.SkipBadFiles)
 			if err != nil {
 				return nil, err
 			}
 			return tokens.New(ex, tok, cfg)
 		}
-		if train, err = open(d.Train); err == nil && d.Val != "" {
-			val, err = open(d.Val)
+		if train, err = open(d.Train, cfg); err == nil && d.Val != "" {
+			cfg.Draws = d.Tokens.ValTSamples
+			val, err = open(d.Val, cfg)
 		}
 		return train, val, err
 	}

@@ -96,8 +96,8 @@ func TestLMValidationPerplexity(t *testing.T) {
 	}
 	m := rec.valMetrics[len(rec.valMetrics)-1]
 	nll, ppl := m["val/nll"], m["val/ppl"]
-	if !(nll > 0) || math.Abs(ppl-math.Exp(nll)) > 1e-9*ppl {
-		t.Errorf("validation metrics %v: want val/nll > 0 and val/ppl = exp(val/nll)", m)
+	if !(nll > 0) || math.Abs(ppl-math.Exp(nll)) > 1e-9*ppl || math.Abs(m["val/bpt"]-nll/math.Ln2) > 1e-12 {
+		t.Errorf("validation metrics %v: want val/nll > 0, val/ppl = exp(val/nll) and val/bpt = val/nll / ln 2", m)
 	}
 	t.Logf("val/nll %.3f, val/ppl %.1f", nll, ppl)
 }

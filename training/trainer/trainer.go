@@ -433,6 +433,7 @@ func (v *valMetrics) report(out map[string]float64) {
 	if v.ppl.Tokens() > 0 {
 		out["val/nll"], _ = v.ppl.MeanNLL()
 		out["val/ppl"], _ = v.ppl.Value()
+		out["val/bpt"], _ = v.ppl.BitsPerToken()
 	}
 	if v.psnr.Count() > 0 {
 		out["val/psnr"], _ = v.psnr.Value()
@@ -743,8 +744,8 @@ func codebookLen(c *config.Config) int64 {
 
 // validationMetrics are the metrics validation computes for the
 // artifacts m, the only ones trainer.monitor can rank checkpoints or stop
-// early by: val/loss; val/top1 and val/top5 for a classifier; val/nll and
-// val/ppl for a language model; val/psnr, val/ssim and the codebook's
+// early by: val/loss; val/top1 and val/top5 for a classifier; val/nll,
+// val/ppl and val/bpt (bits per token) for a language model; val/psnr, val/ssim and the codebook's
 // usage and perplexity for a VQ autoencoder.
 func validationMetrics(m *artifacts.Manifest) []string {
 	out := []string{"val/loss"}
@@ -752,7 +753,7 @@ func validationMetrics(m *artifacts.Manifest) []string {
 		out = append(out, "val/top1", "val/top5")
 	}
 	if slices.ContainsFunc(m.Data, func(d artifacts.Tensor) bool { return d.Name == tokenMask }) {
-		out = append(out, "val/nll", "val/ppl")
+		out = append(out, "val/nll", "val/ppl", "val/bpt")
 	}
 	if slices.Contains(m.Outputs, reconOutput) {
 		out = append(out, "val/psnr", "val/ssim")

@@ -25,6 +25,9 @@ type Config struct {
 	// replaced by Mask with probability t. The prompt is never masked.
 	Noise              bool
 	MinNoise, MaxNoise float64
+	// Draws makes each example Draws samples in a row (0 means 1), each
+	// with noise of its own: validation averages the NELBO over several t.
+	Draws int
 }
 
 // Dataset is a data.Dataset of tokenized examples. Its tensors, each
@@ -135,11 +138,16 @@ func (d *Dataset) layout(tok *Tokenizer, e Example) (sequence, bool) {
 	return s, cut
 }
 
-// Len is the number of examples.
-func (d *Dataset) Len() int { return len(d.seqs) }
+// Len is the number of samples: examples × Draws.
+func (d *Dataset) Len() int { return len(d.seqs) * d.draws() }
+
+func (d *Dataset) draws() int { return max(1, d.cfg.Draws) }
 
 // Truncated counts the examples cut to fit their sequence or segments.
 func (d *Dataset) Truncated() int { return d.truncated }
+
+// Examples is the number of examples (Len counts each Draws times).
+func (d *Dataset) Examples() int { return len(d.seqs) }
 
 // Spec lists the tensors; see Dataset.
 func (d *Dataset) Spec() []data.TensorSpec {
@@ -156,9 +164,9 @@ func (d *Dataset) Spec() []data.TensorSpec {
 	return s
 }
 
-// Load copies sequence i and, with Noise, masks it from rng.
+// Load copies the sequence of sample i and, with Noise, masks it from rng.
 func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
-	s := &d.seqs[i]
+	s := &d.seqs[i/d.draws()]
 	copy(dst[0].I64, s.ids)
 	copy(dst[1].U8, s.attn)
 	copy(dst[2].U8, s.loss)

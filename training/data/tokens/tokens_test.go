@@ -258,6 +258,36 @@ func TestNoiseRange(t *testing.T) {
 	}
 }
 
+// TestDraws: with Draws 3 each example is three samples in a row, the same
+// sequence under noise of its own (validation's val_t_samples).
+func TestDraws(t *testing.T) {
+	tok := mustGPT2(t)
+	ex := []Example{
+		{Question: "Hello world", Answer: "1+1=<<1+1=2>>2 and then some more words to mask\n#### 2"},
+		{Question: "Second", Answer: "2+2=<<2+2=4>>4\n#### 4"},
+	}
+	ds, err := New(ex, tok, Config{SeqLen: 32, BlockSize: 4, Noise: true, Draws: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Len() != 6 || ds.Examples() != 2 {
+		t.Fatalf("Len %d, Examples %d; want 6 samples of 2 examples", ds.Len(), ds.Examples())
+	}
+	first := sampleOf(t, ds, 0, 1)
+	for i := 1; i < 3; i++ {
+		s := sampleOf(t, ds, i, 1)
+		if !slices.Equal(s.Get("input_ids").I64, first.Get("input_ids").I64) {
+			t.Errorf("sample %d is not example 0", i)
+		}
+		if slices.Equal(s.Get("t").F32, first.Get("t").F32) {
+			t.Errorf("sample %d drew the same t as sample 0", i)
+		}
+	}
+	if slices.Equal(sampleOf(t, ds, 3, 1).Get("input_ids").I64, first.Get("input_ids").I64) {
+		t.Error("sample 3 is still example 0")
+	}
+}
+
 func TestFinalAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		text, want string
