@@ -43,10 +43,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ort-lib", Usage: "ONNX Runtime shared library to load (else $" + ort.LibraryEnv + ", the run config, .cache/ort, the system path)"},
 		},
-		Commands: []*cli.Command{
-			trainCommand(), evalCommand(), artifactsCommand(), reportCommand(),
-			sampleCommand(), planCommand(), doctorCommand(), exportCommand(), quickstartCommand(), benchCommand(),
-		},
+		Commands:       commands(),
 		ExitErrHandler: func(*cli.Context, error) {}, // run decides the exit code
 		// --set optimizer.betas=[0.9,0.95] is one value: commas do not split it.
 		DisableSliceFlagSeparator: true,
@@ -54,12 +51,32 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			return usageError{err}
 		},
 	}
+	// Every subcommand's flag errors are usage errors too (urfave/cli only
+	// routes the app's own through OnUsageError).
+	var route func([]*cli.Command)
+	route = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.OnUsageError == nil {
+				c.OnUsageError = app.OnUsageError
+			}
+			route(c.Subcommands)
+		}
+	}
+	route(app.Commands)
 	err := app.Run(args)
 	if err == nil {
 		return 0
 	}
 	fmt.Fprintln(stderr, "ortrain:", err)
 	return exitCode(err)
+}
+
+// commands are ortrain's subcommands, in the order --help lists them.
+func commands() []*cli.Command {
+	return []*cli.Command{
+		trainCommand(), evalCommand(), sampleCommand(), artifactsCommand(), reportCommand(),
+		planCommand(), doctorCommand(), exportCommand(), quickstartCommand(), benchCommand(),
+	}
 }
 
 // exitBug is the exit code of a panic.
@@ -82,9 +99,11 @@ func exitCode(err error) int {
 	if strings.HasPrefix(err.Error(), "Required flag") {
 		return 2
 	}
+	// urfave/cli's own exits (an unknown command or help topic, which it
+	// gives code 3) are usage errors; ortrain keeps 3 for its bugs.
 	var coder cli.ExitCoder
-	if errors.As(err, &coder) {
-		return coder.ExitCode()
+	if errors.As(err, &coder) && coder.ExitCode() != 0 {
+		return 2
 	}
 	return 1
 }

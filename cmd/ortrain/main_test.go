@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
@@ -22,6 +25,9 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{"library missing", []string{"--ort-lib", missing, "doctor"}, 2, "ONNX Runtime library not found"},
 		{"unknown flag", []string{"--no-such-flag"}, 2, "no-such-flag"},
+		{"unknown command", []string{"bogus"}, 2, "bogus"},
+		{"unknown help topic", []string{"help", "bogus"}, 2, "bogus"},
+		{"unknown subcommand", []string{"artifacts", "bogus"}, 2, "bogus"},
 		{"bad device", []string{"doctor", "--device", "tpu"}, 2, "bad value tpu for device"},
 		{"export without --out", []string{"export", "--recipe", "resnet"}, 2, "out"},
 		{"doctor", []string{"doctor", "--device", "cuda:0"}, 0, ""},
@@ -33,6 +39,21 @@ func TestExitCodes(t *testing.T) {
 		{"memory at batch 0", []string{"artifacts", "inspect", "--memory", "--batch", "0", filepath.Dir(missing)}, 2, "--batch must be >= 1"},
 		{"eval of a missing volume", []string{"eval", "--input", missing, "--reference", missing}, 2, missing},
 	}
+	// An unknown flag is bad usage on every command and subcommand.
+	var walk func(prefix []string, cmds []*cli.Command)
+	walk = func(prefix []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			args := append(slices.Clone(prefix), c.Name)
+			cases = append(cases, struct {
+				name string
+				args []string
+				code int
+				say  string
+			}{"unknown flag of " + strings.Join(args, " "), append(args, "--no-such-flag"), 2, "no-such-flag"})
+			walk(args, c.Subcommands)
+		}
+	}
+	walk(nil, commands())
 	orttest.Init(t)
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
 	for _, c := range cases {
