@@ -147,17 +147,6 @@ func (n *Node) String(name, def string) string {
 	return def
 }
 
-// SetAttr adds or replaces an attribute.
-func (n *Node) SetAttr(a *onnxpb.AttributeProto) {
-	for i, old := range n.Attrs {
-		if old.GetName() == a.GetName() {
-			n.Attrs[i] = a
-			return
-		}
-	}
-	n.Attrs = append(n.Attrs, a)
-}
-
 // DelAttr removes an attribute if present.
 func (n *Node) DelAttr(name string) {
 	n.Attrs = slices.DeleteFunc(n.Attrs, func(a *onnxpb.AttributeProto) bool { return a.GetName() == name })

@@ -2,7 +2,6 @@ package ortimport
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/autodiff"
@@ -278,14 +277,3 @@ func sceInternalGrad(b *graph.Builder, n *graph.Node) []string {
 	return []string{g}
 }
 
-// trainingOnly lists the com.microsoft ops generate_artifacts emits that
-// stock ONNX Runtime builds lack, and that lower handles (plus the
-// accumulator and optimizers, handled by the import itself).
-var trainingOnly = []string{"ConvGrad", "ReluGrad", "GeluGrad", "FastGeluGrad", "SigmoidGrad", "TanhGrad",
-	"SoftmaxGrad_13", "LogSoftmaxGrad_13", "SoftmaxCrossEntropyLossInternal", "SoftmaxCrossEntropyLossInternalGrad",
-	"GatherGrad", "LayerNormalizationGrad", "BatchNormInternal", "BatchNormalizationGrad", "MaxPoolGrad",
-	"AveragePoolGrad", "DropoutGrad", "ConcatTraining", "SplitTraining", "ReduceSumTraining",
-	"InPlaceAccumulatorV2", "ZeroGradient", "Scale", "AdamWOptimizer", "SGDOptimizerV2"}
-
-// Lowered reports whether the import lowers a com.microsoft op.
-func Lowered(op string) bool { return slices.Contains(trainingOnly, op) }

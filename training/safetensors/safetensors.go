@@ -45,10 +45,6 @@ var names = map[dtype.DType]string{
 	dtype.Int64: "I64", dtype.Int32: "I32", dtype.Int8: "I8", dtype.Uint8: "U8", dtype.Bool: "BOOL",
 }
 
-// DTypeName is safetensors' name for d ("F32", "BF16" …), "" for a type the
-// format does not hold.
-func DTypeName(d dtype.DType) string { return names[d] }
-
 // ParseDTypeName reads a safetensors dtype string.
 func ParseDTypeName(s string) (dtype.DType, bool) {
 	for d, n := range names {
@@ -322,9 +318,6 @@ func (sf *File) Path() string { return sf.path }
 
 // Tensors lists the stored tensors in file order.
 func (sf *File) Tensors() []TensorInfo { return sf.tensors }
-
-// Metadata is the header's __metadata__ map.
-func (sf *File) Metadata() map[string]string { return sf.metadata }
 
 // Info describes the named tensor.
 func (sf *File) Info(name string) (TensorInfo, bool) {
