@@ -4,23 +4,26 @@
 #include <string.h>
 #include "capi.h"
 
+static const OrtApiBase* api_base;
 static const OrtApi* api;
 
 const char* ortrain_init(const char* path) {
   if (api) return NULL;
-  // The library is already open (onnxruntime_go opened it); dlopen hands back
-  // the same handle rather than loading a second copy.
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) return dlerror();
   const OrtApiBase* (*base)(void) = (const OrtApiBase* (*)(void))dlsym(h, "OrtGetApiBase");
   if (!base) return "the library has no OrtGetApiBase symbol: is it ONNX Runtime?";
-  api = base()->GetApi(ORT_API_VERSION);
+  api_base = base();
+  api = api_base->GetApi(ORT_API_VERSION);
   if (!api) return "the library is older than the ONNX Runtime C API version ortrain was built against";
   return NULL;
 }
 
+const char* ortrain_version(void) { return api_base ? api_base->GetVersionString() : ""; }
+
 
 const char* ortrain_error_message(OrtStatus* s) { return api->GetErrorMessage(s); }
+int ortrain_error_code(OrtStatus* s) { return (int)api->GetErrorCode(s); }
 void ortrain_release_status(OrtStatus* s) { api->ReleaseStatus(s); }
 
 OrtStatus* ortrain_create_env(int log_level, OrtEnv** out) {
@@ -74,6 +77,11 @@ OrtStatus* ortrain_io_count(OrtSession* s, int output, size_t* n) {
 
 void ortrain_free(void* p) { free(p); }
 
+// oom is the status of a failed allocation here.
+static OrtStatus* oom(void) { return api->CreateStatus(ORT_FAIL, "ortrain: out of memory"); }
+
+// dup_and_free copies s into malloc'd memory (NULL when that fails) and
+// frees s with a.
 static char* dup_and_free(OrtAllocator* a, char* s) {
   char* d = strdup(s);
   OrtStatus* st = api->AllocatorFree(a, s);
@@ -90,6 +98,7 @@ OrtStatus* ortrain_io_info(OrtSession* s, int output, size_t i, char** name, int
   st = output ? api->SessionGetOutputName(s, i, a, &n) : api->SessionGetInputName(s, i, a, &n);
   if (st) return st;
   *name = dup_and_free(a, n);
+  if (!*name) return oom();
   *dims = NULL;
   *symbolic = NULL;
   *rank = 0;
@@ -113,15 +122,31 @@ OrtStatus* ortrain_io_info(OrtSession* s, int output, size_t i, char** name, int
   }
   if (!st) st = api->GetDimensionsCount(tsi, rank);
   if (!st && *rank > 0) {
-    *dims = calloc(*rank, sizeof(int64_t));
+    int64_t* d = calloc(*rank, sizeof(int64_t));
     const char** sym = calloc(*rank, sizeof(char*));
-    st = api->GetDimensions(tsi, *dims, *rank);
-    if (!st) st = api->GetSymbolicDimensions(tsi, sym, *rank);
-    *symbolic = calloc(*rank, sizeof(char*));
-    for (size_t k = 0; k < *rank; k++) (*symbolic)[k] = strdup(sym[k] ? sym[k] : "");
+    char** names = calloc(*rank, sizeof(char*));
+    if (d && sym && names) {
+      st = api->GetDimensions(tsi, d, *rank);
+      if (!st) st = api->GetSymbolicDimensions(tsi, sym, *rank);
+    } else {
+      st = oom();
+    }
+    for (size_t k = 0; !st && k < *rank; k++) {
+      names[k] = strdup(sym[k] ? sym[k] : "");
+      if (!names[k]) st = oom();
+    }
     free(sym);
+    if (st) {
+      for (size_t k = 0; names && k < *rank; k++) free(names[k]);
+      free(names);
+      free(d);
+    } else {
+      *dims = d;
+      *symbolic = names;
+    }
   }
   api->ReleaseTypeInfo(ti);
+  if (st) *rank = 0;  // the caller reads dims only for a rank
   return st;
 }
 
@@ -133,6 +158,7 @@ OrtStatus* ortrain_ep_assignment(OrtSession* s, char** text) {
   if (st) return st;
   size_t cap = 1024, len = 0;
   char* out = malloc(cap);
+  if (!out) return oom();
   out[0] = 0;
   for (size_t i = 0; i < n && !st; i++) {
     const char* ep = NULL;
@@ -149,7 +175,12 @@ OrtStatus* ortrain_ep_assignment(OrtSession* s, char** text) {
       size_t need = strlen(ep) + strlen(name) + strlen(domain) + strlen(op) + 8;
       if (len + need >= cap) {
         while (len + need >= cap) cap *= 2;
-        out = realloc(out, cap);
+        char* grown = realloc(out, cap);
+        if (!grown) {
+          st = oom();
+          break;
+        }
+        out = grown;
       }
       len += snprintf(out + len, cap - len, "%s\t%s\t%s\t%s\n", ep, domain, op, name);
     }

@@ -12,7 +12,10 @@
 // ortrain_init loads the API table from the already-opened library at path.
 // It returns NULL on success and an error text (static) otherwise.
 const char* ortrain_init(const char* path);
+// ortrain_version is the loaded library's version string.
+const char* ortrain_version(void);
 const char* ortrain_error_message(OrtStatus* s);
+int ortrain_error_code(OrtStatus* s);
 void ortrain_release_status(OrtStatus* s);
 
 OrtStatus* ortrain_create_env(int log_level, OrtEnv** out);

@@ -2,10 +2,10 @@
 // shared library, execution providers and their options, sessions, host and
 // device-resident tensor values, IO binding, and which provider runs each node.
 //
-// The library is opened and the environment created through onnxruntime_go;
-// sessions, values and IO binding go through a small cgo layer of ortrain's
-// own, because onnxruntime_go copies every output into Go memory and exposes
-// no device memory.
+// The library is opened, and its one environment created, by a small cgo
+// layer of ortrain's own (capi.c), which also runs sessions, values and IO
+// binding: onnxruntime_go, whose C headers the build uses, copies every
+// output into Go memory and exposes no device memory.
 package ort
 
 /*
@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
-
-	ortgo "github.com/yalue/onnxruntime_go"
 )
 
 var (
@@ -42,10 +40,6 @@ func Init(path string) error {
 			return fmt.Errorf("ort: already initialised with %s, cannot switch to %s", libPath, path)
 		}
 		return nil
-	}
-	ortgo.SetSharedLibraryPath(path)
-	if err := ortgo.InitializeEnvironment(ortgo.WithLogLevelError()); err != nil {
-		return &LibraryError{Path: path, Err: err}
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
@@ -75,7 +69,7 @@ func LibraryPath() string {
 }
 
 // Version returns the loaded ONNX Runtime's version, e.g. "1.30.0".
-func Version() string { return ortgo.GetVersion() }
+func Version() string { return C.GoString(C.ortrain_version()) }
 
 // AvailableProviders lists the execution providers the loaded library was
 // built with, e.g. CUDAExecutionProvider, CPUExecutionProvider.
@@ -93,11 +87,51 @@ func AvailableProviders() ([]string, error) {
 	return out, nil
 }
 
-// check turns an OrtStatus into an error and releases it.
+// check turns an OrtStatus into an *Error and releases it.
 func check(s *C.OrtStatus) error {
 	if s == nil {
 		return nil
 	}
 	defer C.ortrain_release_status(s)
-	return errors.New(C.GoString(C.ortrain_error_message(s)))
+	return &Error{Code: ErrorCode(C.ortrain_error_code(s)), Msg: C.GoString(C.ortrain_error_message(s))}
+}
+
+// Error is a failure ONNX Runtime reported: its status code and message.
+type Error struct {
+	Code ErrorCode
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// ErrorCode is ONNX Runtime's OrtErrorCode.
+type ErrorCode int
+
+// ONNX Runtime's status codes (OrtErrorCode in its C API).
+const (
+	ErrFail ErrorCode = iota + 1
+	ErrInvalidArgument
+	ErrNoSuchFile
+	ErrNoModel
+	ErrEngine
+	ErrRuntimeException
+	ErrInvalidProtobuf
+	ErrModelLoaded
+	ErrNotImplemented
+	ErrInvalidGraph
+	ErrEPFail
+	ErrModelLoadCanceled
+	ErrModelRequiresCompilation
+	ErrNotFound
+)
+
+var codeNames = []string{"OK", "FAIL", "INVALID_ARGUMENT", "NO_SUCHFILE", "NO_MODEL", "ENGINE_ERROR", "RUNTIME_EXCEPTION",
+	"INVALID_PROTOBUF", "MODEL_LOADED", "NOT_IMPLEMENTED", "INVALID_GRAPH", "EP_FAIL", "MODEL_LOAD_CANCELED",
+	"MODEL_REQUIRES_COMPILATION", "NOT_FOUND"}
+
+func (c ErrorCode) String() string {
+	if c >= 0 && int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("ORT error %d", int(c))
 }

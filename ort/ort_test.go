@@ -392,3 +392,19 @@ func TestCheckDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestErrorsKeepORTStatusCode: a failure ONNX Runtime reports keeps its
+// status code (a file that is not ONNX is INVALID_PROTOBUF), not only the
+// message text.
+func TestErrorsKeepORTStatusCode(t *testing.T) {
+	orttest.Init(t)
+	path := filepath.Join(t.TempDir(), "garbage.onnx")
+	if err := os.WriteFile(path, []byte("not a model at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ort.NewSession(path, ort.Options{})
+	var oe *ort.Error
+	if !errors.As(err, &oe) || oe.Code != ort.ErrInvalidProtobuf || oe.Code.String() != "INVALID_PROTOBUF" {
+		t.Fatalf("session of a garbage file: %v (%#v); want an *ort.Error with code INVALID_PROTOBUF", err, err)
+	}
+}
