@@ -375,6 +375,15 @@ func (g *Graph) infer(n *Node) {
 			shaped(x.DType, []int64{})
 		}
 		set(1, x)
+	case "GridSample":
+		// [N, C] of X, then the grid's sampled positions (all but its
+		// last axis, which holds the coordinates).
+		grid := in(1)
+		if x.Known && grid.Known && x.Rank() >= 2 && grid.Rank() == x.Rank() {
+			shaped(x.DType, append([]int64{x.Shape[0], x.Shape[1]}, grid.Shape[1:grid.Rank()-1]...))
+		} else {
+			set(0, Info{DType: x.DType})
+		}
 	case "GatherElements", "ScatterElements", "ScatterND":
 		if n.Op == "GatherElements" {
 			set(0, Info{DType: x.DType, Known: in(1).Known, Shape: in(1).Shape})
