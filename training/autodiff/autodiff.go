@@ -135,12 +135,10 @@ func Ops() []string {
 // and returns the gradient's value name per w; a w the loss does not depend
 // on gets zeros. New values are named under prefix.
 func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[string]string, error) {
-	li := g.Info(loss)
-	if !li.Known || !li.Float() || numel(li.Shape) != 1 {
-		return nil, &LossError{loss, li}
-	}
 	f := analyse(g, loss, wrt)
 	active, reach, origin, path := f.active, f.reach, f.origin, f.path
+	// An op without a rule is named first: it is also why a loss it feeds
+	// may have no known type.
 	for _, n := range path {
 		if ruleFor(n) == nil {
 			var ps []string
@@ -150,6 +148,10 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 			slices.Sort(ps)
 			return nil, &NoRuleError{Op: n.Op, Node: n.Name, Params: slices.Compact(ps)}
 		}
+	}
+	li := g.Info(loss)
+	if !li.Known || !li.Float() || numel(li.Shape) != 1 {
+		return nil, &LossError{loss, li}
 	}
 
 	b := graph.NewBuilder(g, prefix)

@@ -35,7 +35,7 @@ func (g *Graph) infer(n *Node) {
 		"BatchNormalization", "BatchNormTraining", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
 		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign",
 		"ThresholdedRelu", "Shrink", "PRelu", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
-		"LRN", "LpNormalization", "MeanVarianceNormalization", "Hardmax":
+		"LRN", "LpNormalization", "MeanVarianceNormalization", "Hardmax", "CumSum":
 		same()
 		if n.Op == "BatchNormalization" && len(n.Outputs) > 1 {
 			set(1, in(3))
@@ -375,6 +375,8 @@ func (g *Graph) infer(n *Node) {
 			shaped(x.DType, []int64{})
 		}
 		set(1, x)
+	case "CastLike":
+		set(0, Info{DType: in(1).DType, Known: x.Known, Shape: slices.Clone(x.Shape)})
 	case "GridSample":
 		// [N, C] of X, then the grid's sampled positions (all but its
 		// last axis, which holds the coordinates).
