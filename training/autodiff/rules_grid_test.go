@@ -24,7 +24,6 @@ func gridSample(attrs ...*graph.Attr) func(b *graph.Builder, x []string) string 
 	}
 }
 
-
 // gridNearPixels is gridSample with grid = base + 0.25 pixel · x[1], base
 // at pixel coordinates u + 0.25 for integers u from -2 to the size along
 // each axis (so some points fall outside X).

@@ -276,4 +276,3 @@ func sceInternalGrad(b *graph.Builder, n *graph.Node) []string {
 	}
 	return []string{g}
 }
-
