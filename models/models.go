@@ -51,6 +51,9 @@ type Recipe struct {
 	Summary string // one line for listings
 	build   func(params map[string]any) (*Model, error)
 	check   func(params map[string]any) (int64, error)
+	// parts builds a named part of the model for inference (no loss), its
+	// parameters named as in the whole; nil when the recipe has none.
+	parts map[string]func(params map[string]any) (*graph.Graph, error)
 }
 
 // recipes is the registry, by name: the one list of recipes, which config
@@ -59,7 +62,8 @@ var recipes = map[string]Recipe{
 	"resnet": {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)",
 		build: buildResNet, check: checker("resnet", resnet.Default)},
 	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)",
-		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default)},
+		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default),
+		parts: map[string]func(map[string]any) (*graph.Graph, error){"encoder": vqganEncoder, "decoder": vqganDecoder}},
 	"bd3lm": {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)",
 		build: buildLM, check: checker("bd3lm", diffusionlm.Default)},
 }
@@ -108,6 +112,59 @@ func Check(name string, params map[string]any) (int64, error) {
 		return 0, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
 	}
 	return r.check(params)
+}
+
+// Parts lists the parts a recipe can export on their own, sorted.
+func (r Recipe) Parts() []string {
+	var out []string
+	for p := range r.parts {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Part builds part of the named recipe for inference: a graph without the
+// loss whose parameters (initializers, initial values) are named as in the
+// whole model, so trained weights fill them by name.
+func Part(name, part string, params map[string]any) (*graph.Graph, error) {
+	r, ok := recipes[name]
+	if !ok {
+		return nil, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
+	}
+	build, ok := r.parts[part]
+	if !ok {
+		if len(r.parts) == 0 {
+			return nil, &Error{fmt.Sprintf("recipe %s has no parts to export on their own", name)}
+		}
+		return nil, &Error{fmt.Sprintf("recipe %s has no part %q; it has %s", name, part, strings.Join(r.Parts(), ", "))}
+	}
+	return build(params)
+}
+
+// vqganEncoder is the encoder with the quantiser: volume in, codes out.
+func vqganEncoder(params map[string]any) (*graph.Graph, error) {
+	m, err := buildVQGAN(params)
+	if err != nil {
+		return nil, err
+	}
+	g := m.Graph
+	g.Outputs = []string{vqgan.Codes}
+	g.Prune()
+	return g, nil
+}
+
+// vqganDecoder is the decoder from codes: codes in, reconstruction out.
+func vqganDecoder(params map[string]any) (*graph.Graph, error) {
+	c := vqgan.Default()
+	if err := decode("vqgan3d", params, &c); err != nil {
+		return nil, err
+	}
+	g, err := vqgan.BuildDecoder(c)
+	if err != nil {
+		return nil, &Error{err.Error()}
+	}
+	return g, nil
 }
 
 // recipeConfig is what every recipe's Config provides.

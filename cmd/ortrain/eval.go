@@ -47,7 +47,7 @@ Examples:
    ortrain eval --checkpoint outputs/vqgan/version_0 --input ct.nii.gz --out recon.nii.gz
    ortrain eval --input recon.nii.gz --reference ct.nii.gz --data-range 4095 --json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "checkpoint", Usage: "a checkpoint directory, a run's version directory (its newest checkpoint), or last (with --config)"},
+			&cli.StringFlag{Name: "checkpoint", Usage: "a checkpoint directory, a run's version directory (its newest checkpoint), or last or best (the best by trainer.monitor; with --config)"},
 			&cli.StringFlag{Name: "config", Usage: "run configuration to use instead of the checkpoint's"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override a key of the configuration (repeatable)"},
 			&cli.StringSliceFlag{Name: "input", Usage: "NIfTI volume: to reconstruct (repeatable), or the reconstruction to compare"},

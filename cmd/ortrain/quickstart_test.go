@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,8 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
 	root := t.TempDir()
 	var out, errOut bytes.Buffer
-	args := quickstartArgs(root, "trainer.max_steps=4", "trainer.val_check_interval=2", "scheduler.warmup_steps=0")
+	args := quickstartArgs(root, "trainer.max_steps=4", "trainer.val_check_interval=2", "scheduler.warmup_steps=0",
+		`trainer.monitor="val/psnr"`, `trainer.mode="max"`)
 	if code := run(args, &out, &errOut); code != 0 {
 		t.Fatalf("quickstart: exit %d\n%s", code, errOut.String())
 	}
@@ -76,6 +78,72 @@ func TestQuickstartEndToEnd(t *testing.T) {
 	evalArgs[len(evalArgs)-1] = filepath.Join(root, "eval2")
 	if code := run(evalArgs, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), recon+" exists") {
 		t.Errorf("a second eval onto %s: exit %d, %q; want 2, the file kept", recon, code, errOut.String())
+	}
+	checkExports(t, root, filepath.Join(root, "outputs", "quickstart", "version_0", "checkpoints", "best"))
+}
+
+// checkExports exports the VQ-GAN checkpoint ck whole and as encoder and
+// decoder, and runs them on one patch: the encoder's codes are the whole
+// model's, the decoder's reconstruction of them is the whole model's (to
+// float rounding: the whole model adds the straight-through residual), and
+// a second export onto a file is refused.
+func checkExports(t *testing.T, root, ck string) {
+	t.Helper()
+	files := map[string]string{}
+	for _, part := range []string{"", "encoder", "decoder"} {
+		out := filepath.Join(root, "export-"+part+".onnx")
+		args := []string{"ortrain", "export", "--checkpoint", ck, "--out", out}
+		if part != "" {
+			args = append(args, "--part", part)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("export %s: exit %d: %s", part, code, stderr.String())
+		}
+		files[part] = out
+		if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "exists") {
+			t.Errorf("export %s onto an existing file: exit %d, %q; want 2", part, code, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"ortrain", "export", "--checkpoint", ck, "--part", "middle", "--out", filepath.Join(root, "m.onnx")}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "decoder, encoder") {
+		t.Errorf("export --part middle: exit %d, %q; want 2 listing the parts", code, stderr.String())
+	}
+
+	patch := make([]float32, 32*32*32)
+	for i := range patch {
+		patch[i] = float32(math.Sin(float64(i) / 97))
+	}
+	runFile := func(path string, in string, v *ort.Value, outs ...string) []*ort.Value {
+		s, err := ort.NewSession(path, ort.Options{})
+		if err != nil {
+			t.Fatalf("%s does not load: %v", path, err)
+		}
+		defer s.Close()
+		res, err := s.Run(map[string]*ort.Value{in: v}, outs...)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return res
+	}
+	vol, err := ort.NewTensor([]int64{1, 1, 32, 32, 32}, patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vol.Close()
+	whole := runFile(files[""], "volume", vol, "recon", "codes")
+	enc := runFile(files["encoder"], "volume", vol, "codes")
+	dec := runFile(files["decoder"], "codes", enc[0], "recon")
+	if !slices.Equal(ort.Data[int64](enc[0]), ort.Data[int64](whole[1])) {
+		t.Error("the encoder's codes differ from the whole model's")
+	}
+	a, b := ort.Data[float32](whole[0]), ort.Data[float32](dec[0])
+	worst := 0.0
+	for i := range a {
+		worst = max(worst, math.Abs(float64(a[i]-b[i])))
+	}
+	if len(a) != len(b) || worst > 1e-4 {
+		t.Errorf("decoder(encoder(x)) differs from the whole model's reconstruction by %g", worst)
 	}
 }
 

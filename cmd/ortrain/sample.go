@@ -33,7 +33,7 @@ Examples:
    ortrain sample --checkpoint outputs/bd3lm/version_0 --prompt "Tom has 3 apples and buys 4 more. How many does he have?"
    ortrain sample --checkpoint outputs/bd3lm/version_0 --prompt "..." --temperature 0 --json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "checkpoint", Required: true, Usage: "a checkpoint directory, a run's version directory (its newest checkpoint), or last (with --config)"},
+			&cli.StringFlag{Name: "checkpoint", Required: true, Usage: "a checkpoint directory, a run's version directory (its newest checkpoint), or last or best (the best by trainer.monitor; with --config)"},
 			&cli.StringFlag{Name: "config", Usage: "run configuration to use instead of the checkpoint's"},
 			&cli.StringSliceFlag{Name: "set", Usage: "override a key of the configuration (repeatable)"},
 			&cli.StringSliceFlag{Name: "prompt", Required: true, Usage: "text to answer (repeatable)"},

@@ -203,6 +203,54 @@ func (m *model) resBlock(name, x string, a, b int64) string {
 	return m.B.Add(x, h)
 }
 
+// decode writes the decoder from the quantised latent zq ([N, e, d, h, w])
+// to Recon.
+func (m *model) decode(zq string) {
+	c := m.c
+	in, ch := int64(c.InChannels), int64(c.Channels)
+	z, e := int64(c.ZChannels), int64(c.EmbedDim)
+	L := len(c.ChannelMult)
+	w := func(i int) int64 { return ch * int64(c.ChannelMult[i]) }
+	top := w(L - 1)
+	h := m.conv("post_quant_conv", zq, e, z, 1, 1)
+	h = m.conv("decoder.conv_in", h, z, top, 3, 1)
+	h = m.resBlock("decoder.mid.block_1", h, top, top)
+	h = m.resBlock("decoder.mid.block_2", h, top, top)
+	prev := top
+	for i := L - 1; i >= 0; i-- {
+		for j := 0; j < c.ResBlocks; j++ {
+			h = m.resBlock(fmt.Sprintf("decoder.up.%d.block.%d", i, j), h, prev, w(i))
+			prev = w(i)
+		}
+		if i > 0 {
+			h = m.conv(fmt.Sprintf("decoder.up.%d.upsample.conv", i), m.Upsample2x(h), w(i), w(i), 3, 1)
+		}
+	}
+	m.B.OpInto(Recon, "Identity", []string{m.conv("decoder.conv_out", m.SiLU(m.norm("decoder.norm_out", h, w(0))), w(0), in, 3, 1)})
+}
+
+// BuildDecoder returns the decoder alone, for inference: input Codes (int64
+// [batch, d, h, w] code indices, as Build outputs them), output Recon; its
+// parameters are named as Build's (the codebook and the decoder's).
+func BuildDecoder(c Config) (*graph.Graph, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	m := &model{Net: nn.New("vqgan3d_decoder", c.Seed), c: c}
+	b := m.B
+	e, K := int64(c.EmbedDim), int64(c.CodebookSize)
+	lat := c.LatentShape()
+	codes := m.Input(Codes, dtype.Int64, []int64{-1, lat[0], lat[1], lat[2]}, []string{"batch", "", "", ""})
+	cb := m.Param("quantize.embedding.weight", []int64{K, e}, e, K, nn.Uniform(1/float64(K)))
+	zq := b.Transpose(b.Op("Gather", []string{cb, codes}, graph.AInt("axis", 0)), 0, 4, 1, 2, 3)
+	m.decode(zq)
+	m.G.Outputs = []string{Recon}
+	if b.Err != nil {
+		return nil, b.Err
+	}
+	return m.G, nil
+}
+
 // Build returns the forward graph with the loss: input Input (float32
 // [batch, in, D, H, W], batch symbolic); outputs Loss, Recon (the
 // reconstruction, shaped like the input), Codes (int64 [batch, d, h, w]
@@ -254,22 +302,7 @@ func Build(c Config) (*graph.Graph, error) {
 	zst := b.Add(ze, m.StopGradient(b.Sub(zq, ze)))
 	b.OpInto(Codes, "Reshape", []string{idx, b.Ints(-1, lat[0], lat[1], lat[2])})
 
-	// Decoder.
-	h = m.conv("post_quant_conv", zst, e, z, 1, 1)
-	h = m.conv("decoder.conv_in", h, z, top, 3, 1)
-	h = m.resBlock("decoder.mid.block_1", h, top, top)
-	h = m.resBlock("decoder.mid.block_2", h, top, top)
-	prev = top
-	for i := L - 1; i >= 0; i-- {
-		for j := 0; j < c.ResBlocks; j++ {
-			h = m.resBlock(fmt.Sprintf("decoder.up.%d.block.%d", i, j), h, prev, w(i))
-			prev = w(i)
-		}
-		if i > 0 {
-			h = m.conv(fmt.Sprintf("decoder.up.%d.upsample.conv", i), m.Upsample2x(h), w(i), w(i), 3, 1)
-		}
-	}
-	b.OpInto(Recon, "Identity", []string{m.conv("decoder.conv_out", m.SiLU(m.norm("decoder.norm_out", h, w(0))), w(0), in, 3, 1)})
+	m.decode(zst)
 
 	b.OpInto(RecLoss, "Identity", []string{b.ReduceMean(b.Abs(b.Sub(x, Recon)), false)})
 	b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), b.Mul(b.Scalar(dtype.Float32, c.Beta), CommitLoss)})

@@ -365,16 +365,16 @@ func TestBuildRefusesSilentZeros(t *testing.T) {
 	orttest.Init(t)
 	unused := mlp(rand.New(rand.NewPCG(1, 1)))
 	unused.AddInitializer(graph.Float32s("spare.weight", []int64{3}, []float32{1, 2, 3}))
-	// An op without a rule (LpNormalization) between fc2 and the output.
+	// An op without a rule (Mod) between fc2 and the output.
 	norule := mlp(rand.New(rand.NewPCG(1, 1)))
 	b := graph.NewBuilder(norule, "")
 	out := norule.Outputs[0]
-	norule.Outputs[0] = b.Op("LpNormalization", []string{b.Tanh(out)})
+	norule.Outputs[0] = b.Op("Mod", []string{b.Tanh(out), b.ScalarLike(out, 0.7)}, graph.AInt("fmod", 1))
 	for _, c := range []struct {
 		name string
 		g    *graph.Graph
 		want []string
-	}{{"unused parameter", unused, []string{"spare.weight", "--frozen"}}, {"op without a rule", norule, []string{"LpNormalization", "--stop-gradient"}}} {
+	}{{"unused parameter", unused, []string{"spare.weight", "--frozen"}}, {"op without a rule", norule, []string{"Mod", "--stop-gradient"}}} {
 		out := filepath.Join(t.TempDir(), "art")
 		_, err := artifacts.Build(artifacts.Options{Graph: c.g, Out: out, Loss: "mse"})
 		if bi, ok := err.(interface{ BadInput() bool }); !ok || !bi.BadInput() {

@@ -65,6 +65,8 @@ type State struct {
 	// in Metrics, which JSON cannot hold).
 	Monitor string   `json:"monitor,omitempty"`
 	Score   *float64 `json:"score,omitempty"`
+	// Mode is "max" or "min": which way Score ranks.
+	Mode string `json:"mode,omitempty"`
 	// Metrics are the latest logged values, for people reading the file.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// Callbacks holds state of loop callbacks (e.g. early stopping's

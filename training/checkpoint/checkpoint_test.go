@@ -293,6 +293,26 @@ func TestTopK(t *testing.T) {
 			if err != nil || filepath.Join(dir, target) != last {
 				t.Errorf("last -> %q (%v), want %s", target, err, last)
 			}
+			// "best" links the best scored checkpoint; Best finds it, also
+			// by ranking the scores when the link is gone (older runs).
+			if tc.monitor == "" || tc.topK == 0 {
+				if _, err := os.Lstat(filepath.Join(dir, BestLink)); err == nil {
+					t.Error("a best link without a monitor, or with only the newest kept")
+				}
+				if _, err := Best(dir); tc.monitor == "" && !errors.Is(err, ErrUnranked) {
+					t.Errorf("Best without a monitor: %v, want ErrUnranked", err)
+				}
+				return
+			}
+			got, err := Best(dir)
+			want := filepath.Join(dir, fmt.Sprintf("step-%09d", tc.best))
+			if err != nil || got != want {
+				t.Errorf("Best = %q, %v; want %s", got, err, want)
+			}
+			os.Remove(filepath.Join(dir, BestLink))
+			if got, err := Best(dir); err != nil || got != want {
+				t.Errorf("Best without the link = %q, %v; want %s", got, err, want)
+			}
 		})
 	}
 }

@@ -17,6 +17,11 @@ import (
 // the newest checkpoint, like Lightning's last.ckpt.
 const LastLink = "last"
 
+// BestLink points at the best checkpoint by the monitored metric (runs
+// with trainer.monitor that keep more than the newest), like Lightning's
+// best_model_path.
+const BestLink = "best"
+
 // ErrNone is returned by Latest when a directory holds no whole checkpoint.
 var ErrNone = errors.New("no checkpoint")
 
@@ -91,6 +96,44 @@ func Latest(dir string) (string, error) {
 		}
 	}
 	return es[len(es)-1].Dir, nil
+}
+
+// ErrUnranked is returned by Best when no checkpoint carries a score.
+var ErrUnranked = errors.New("no checkpoint carries a monitored score (the run sets no trainer.monitor, or saved none after a validation)")
+
+// Best returns the checkpoint the "best" link in dir points at, or, where
+// there is none (runs from before the link), the best whole checkpoint by
+// the score each was saved with, ranked the way the newest scored one says
+// (its Mode); ties go to the newer.
+func Best(dir string) (string, error) {
+	es, err := scan(dir)
+	if err != nil {
+		return "", err
+	}
+	if target, err := os.Readlink(filepath.Join(dir, BestLink)); err == nil {
+		for _, e := range es {
+			if filepath.Base(e.Dir) == filepath.Base(target) {
+				return e.Dir, nil
+			}
+		}
+	}
+	mode := ""
+	var scored []Entry
+	for _, e := range es {
+		if e.Score == nil {
+			continue
+		}
+		st, err := readState(e.Dir)
+		if err != nil || st.Mode == "" {
+			continue
+		}
+		scored, mode = append(scored, e), st.Mode
+	}
+	if len(scored) == 0 {
+		return "", fmt.Errorf("%s: %w", dir, ErrUnranked)
+	}
+	m := &Manager{monitor: "ranked", mode: mode, entries: scored}
+	return m.ranked()[0].Dir, nil
 }
 
 // Manager saves checkpoints into one directory, keeping the newest one
@@ -175,26 +218,41 @@ func (m *Manager) Save(st *State, tensors []Tensor) (string, error) {
 		path = filepath.Join(m.dir, fmt.Sprintf("%s-%d", name, i))
 	}
 	if st.Score != nil {
-		st.Monitor = m.monitor
+		st.Monitor, st.Mode = m.monitor, m.mode
 	}
 	if err := Save(path, st, tensors); err != nil {
 		return "", err
 	}
 	m.entries = append(m.entries, Entry{Dir: path, Step: st.Step, Score: st.Score, Time: st.Time})
-	if err := m.link(filepath.Base(path)); err != nil {
+	if err := m.link(LastLink, filepath.Base(path)); err != nil {
 		return path, err
 	}
-	return path, m.prune()
+	if err := m.prune(); err != nil {
+		return path, err
+	}
+	return path, m.linkBest()
 }
 
-// link points "last" at name by renaming a new symlink over it, so "last"
-// always exists once the first checkpoint does.
-func (m *Manager) link(name string) error {
-	tmp := filepath.Join(m.dir, tmpPrefix+LastLink+"-"+randomSuffix())
+// linkBest points "best" at the top-ranked scored checkpoint; without a
+// monitor, a score, or with only the newest kept, there is no best link.
+func (m *Manager) linkBest() error {
+	if m.monitor == "" || m.topK == 0 {
+		return nil
+	}
+	if r := m.ranked(); len(r) > 0 && r[0].Score != nil {
+		return m.link(BestLink, filepath.Base(r[0].Dir))
+	}
+	return nil
+}
+
+// link points the symlink link ("last", "best") at name by renaming a new
+// symlink over it, so the link always exists once it first did.
+func (m *Manager) link(link, name string) error {
+	tmp := filepath.Join(m.dir, tmpPrefix+link+"-"+randomSuffix())
 	if err := os.Symlink(name, tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(m.dir, LastLink)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(m.dir, link)); err != nil {
 		os.Remove(tmp)
 		return err
 	}

@@ -46,14 +46,14 @@ func (g *Graph) infer(n *Node) {
 		}
 	case "Cast":
 		set(0, Info{DType: dtype.DType(n.Int("to", 0)), Known: x.Known, Shape: x.Shape})
-	case "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Where":
+	case "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Where", "Mod", "Xor":
 		infos := make([]Info, len(n.Inputs))
 		for i := range n.Inputs {
 			infos[i] = in(i)
 		}
 		dt := x.DType
 		switch n.Op {
-		case "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or":
+		case "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor":
 			dt = dtype.Bool
 		case "Where":
 			dt = in(1).DType

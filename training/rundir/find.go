@@ -15,12 +15,23 @@ var versionName = regexp.MustCompile(`^version_(\d+)$`)
 
 // FindCheckpoint resolves what a user names as a checkpoint — "last" (the
 // newest whole checkpoint of the newest version of run name under
-// outputDir), a checkpoint directory, or a version directory (its newest
-// whole checkpoint) — to the checkpoint directory and the version directory
-// it belongs to. flag names the option in errors (--resume, --checkpoint).
+// outputDir), "best" (that version's best checkpoint by trainer.monitor), a
+// checkpoint directory, or a version directory (its newest whole
+// checkpoint) — to the checkpoint directory and the version directory it
+// belongs to. flag names the option in errors (--resume, --checkpoint).
 func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err error) {
 	bad := func(format string, args ...any) error {
 		return &Error{Path: spec, Msg: fmt.Sprintf(format, args...)}
+	}
+	if spec == "best" {
+		if _, version, err = FindCheckpoint(flag, "last", outputDir, name); err != nil {
+			return "", "", err
+		}
+		dir := filepath.Join(version, CheckpointsDir)
+		if ck, err = checkpoint.Best(dir); errors.Is(err, checkpoint.ErrUnranked) {
+			return "", "", &Error{Path: dir, Msg: flag + " best: " + checkpoint.ErrUnranked.Error() + "; use last or name a checkpoint"}
+		}
+		return ck, version, err
 	}
 	switch {
 	case spec == "last":
