@@ -104,9 +104,9 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 			return "", err
 		}
 	}
-	warnTruncated(c.App.ErrWriter, "data.train", prep.train)
+	warnData(c.App.ErrWriter, "data.train", prep.train)
 	if prep.val != nil {
-		warnTruncated(c.App.ErrWriter, "data.val", prep.val)
+		warnData(c.App.ErrWriter, "data.val", prep.val)
 	}
 	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
@@ -141,10 +141,18 @@ func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) 
 	return err
 }
 
-// warnTruncated says how many examples the token layout cut (a question,
-// plan or execution longer than its segment), which would otherwise train
-// on shortened text silently.
-func warnTruncated(w io.Writer, key string, ds data.Dataset) {
+// warnData says what of the data will not train as given: the volumes
+// padded to the patch, the examples the token layout cut (a question, plan
+// or execution longer than its segment), which would otherwise train on
+// padding or shortened text silently.
+func warnData(w io.Writer, key string, ds data.Dataset) {
+	// Volumes smaller than the patch are padded (as MONAI's SpatialPad
+	// does); a volume with one slice padded to a 3-D patch is more likely a
+	// mistake than an intent, so it is said.
+	if p, ok := ds.(interface{ Padded() []string }); ok && len(p.Padded()) > 0 {
+		fmt.Fprintf(w, "ortrain: %s: %d volumes are smaller than data.volumes.patch_size along some axis and are padded with the window's low value, e.g. %s\n",
+			key, len(p.Padded()), p.Padded()[0])
+	}
 	if tr, ok := ds.(interface {
 		Truncated() int
 		Examples() int

@@ -68,7 +68,9 @@ type Dataset struct {
 	patients []string
 	patches  []patch
 	skipped  []error
-	cache    *cache
+	// padded lists the volumes smaller than the patch along some axis.
+	padded []string
+	cache  *cache
 }
 
 // New reads the headers of cfg.Files, splits by patient and lays out the
@@ -105,6 +107,12 @@ func New(cfg Config) (*Dataset, error) {
 				continue
 			}
 			v := len(d.files)
+			for i := range 3 {
+				if int(h.Dim[1+i]) < cfg.PatchSize[i] {
+					d.padded = append(d.padded, fmt.Sprintf("%s (%d×%d×%d)", f, h.Dim[1], h.Dim[2], h.Dim[3]))
+					break
+				}
+			}
 			d.files = append(d.files, f)
 			d.headers = append(d.headers, h)
 			largest = max(largest, 4*h.Voxels())
@@ -174,6 +182,10 @@ func (d *Dataset) Files() []string { return d.files }
 
 // Header is the header of volume v, for writing outputs with its geometry.
 func (d *Dataset) Header(v int) nifti.Header { return d.headers[v] }
+
+// Padded lists the volumes smaller than the patch along some axis (with
+// their size), whose patches are padded with the window's low value.
+func (d *Dataset) Padded() []string { return d.padded }
 
 // Skipped are the errors of files dropped by SkipBadFiles.
 func (d *Dataset) Skipped() []error { return d.skipped }

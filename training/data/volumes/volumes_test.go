@@ -228,3 +228,18 @@ func TestRealMRIVolume(t *testing.T) {
 	}
 	t.Logf("36 patches of ch2 in %v", time.Since(start))
 }
+
+// TestPaddedVolumesAreListed: volumes smaller than the patch along an axis
+// (a single slice here) are padded, and listed with their size so train
+// can say so; volumes that fit are not.
+func TestPaddedVolumesAreListed(t *testing.T) {
+	flat := phantoms(t, 1, [3]int{12, 12, 1})
+	full := phantoms(t, 1, [3]int{12, 12, 8})
+	ds, err := New(Config{Files: append(flat, full...), TrainSplit: 1, PatchSize: [3]int{8, 8, 4}, Stride: [3]int{8, 8, 4}, Window: Window{-1000, 1000}, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := ds.Padded(); len(p) != 1 || !strings.Contains(p[0], flat[0]) || !strings.Contains(p[0], "12×12×1") {
+		t.Errorf("Padded() = %v, want only %s (12×12×1)", p, flat[0])
+	}
+}
