@@ -34,6 +34,18 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			code = exitBug
 		}
 	}()
+	app := newApp(stdout, stderr)
+	err := app.Run(flagsFirst(app, args))
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "ortrain:", err)
+	return exitCode(err)
+}
+
+// newApp is the command line: the global flags and every command, each
+// command's flag errors reported as usage errors.
+func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Writer:    stdout,
 		ErrWriter: stderr,
@@ -63,12 +75,82 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		}
 	}
 	route(app.Commands)
-	err := app.Run(args)
-	if err == nil {
-		return 0
+	return app
+}
+
+// flagsFirst moves a command's positional arguments after its flags, so
+// `ortrain report RUN --out F` parses as the usage lines show it (urfave/cli
+// stops reading flags at the first positional argument). A flag's value is
+// told from a positional argument by the flag's kind; "--" ends the flags.
+func flagsFirst(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
 	}
-	fmt.Fprintln(stderr, "ortrain:", err)
-	return exitCode(err)
+	out := []string{args[0]}
+	i := 1
+	// The app's own flags, then the command path.
+	cmds := app.Commands
+	flags := app.Flags
+	for i < len(args) {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			out = append(out, a)
+			if takesValue(flags, a) && i+1 < len(args) {
+				out = append(out, args[i+1])
+				i++
+			}
+			i++
+			continue
+		}
+		var next *cli.Command
+		for _, c := range cmds {
+			if c.HasName(a) {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		out = append(out, a)
+		cmds, flags = next.Subcommands, next.Flags
+		i++
+	}
+	var positional []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-":
+			out = append(out, a)
+			if takesValue(flags, a) && i+1 < len(args) {
+				out = append(out, args[i+1])
+				i++
+			}
+		default:
+			positional = append(positional, a)
+		}
+	}
+	return append(out, positional...)
+}
+
+// takesValue reports whether the flag token arg (-name or --name, without
+// "=value") names a flag among flags that reads the next argument.
+func takesValue(flags []cli.Flag, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*cli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
 }
 
 // commands are ortrain's subcommands, in the order --help lists them.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -77,6 +78,24 @@ func TestDoctorReportsCPU(t *testing.T) {
 	for _, want := range []string{"ONNX Runtime   " + ort.Version(), "CPUExecutionProvider", "cpu            ok"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestFlagsAfterArguments: flags may follow a command's positional
+// arguments, as the usage lines show them (`report RUN --out F`); flag
+// values and "--" are kept in place.
+func TestFlagsAfterArguments(t *testing.T) {
+	app := newApp(io.Discard, io.Discard)
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"ortrain", "report", "RUN", "--out", "F", "--overwrite"}, []string{"ortrain", "report", "--out", "F", "--overwrite", "RUN"}},
+		{[]string{"ortrain", "report", "--out", "F", "RUN"}, []string{"ortrain", "report", "--out", "F", "RUN"}},
+		{[]string{"ortrain", "artifacts", "inspect", "DIR", "--memory", "--batch", "4"}, []string{"ortrain", "artifacts", "inspect", "--memory", "--batch", "4", "DIR"}},
+		{[]string{"ortrain", "--ort-lib", "L", "report", "RUN", "--out=F"}, []string{"ortrain", "--ort-lib", "L", "report", "--out=F", "RUN"}},
+		{[]string{"ortrain", "report", "RUN", "--", "--odd-name"}, []string{"ortrain", "report", "RUN", "--", "--odd-name"}},
+	} {
+		if got := flagsFirst(app, tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("flagsFirst(%v) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
 }
