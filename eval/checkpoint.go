@@ -108,8 +108,8 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 		}
 		var acc float64
 		if acc, res.Generations, err = ExactMatch(ctx, gen, questions, o.Decoding, progress); err == nil {
-			res.Mean["val/exact_match"] = acc
-			res.Mean["val/generated"] = float64(len(questions))
+			res.Mean[metrics.ValExactMatch] = acc
+			res.Mean[metrics.ValGenerated] = float64(len(questions))
 		}
 	}
 	return res, err
@@ -450,16 +450,12 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 	if count == 0 {
 		return &InputError{Err: errors.New("the validation set is empty")}
 	}
-	r.Mean["val/loss"] = lossSum / count // the graph's loss is a batch mean
-	if ppl.Tokens() > 0 {
-		r.Mean["val/nll"], _ = ppl.MeanNLL()
-		r.Mean["val/ppl"], _ = ppl.Value()
-		r.Mean["val/bpt"], _ = ppl.BitsPerToken()
-	}
+	r.Mean[metrics.ValLoss] = lossSum / count // the graph's loss is a batch mean
+	ppl.Report(r.Mean)
 	// Named as validation names them (val/top5 only with 5 classes or more).
 	for _, k := range []int{1, 5} {
 		if classes >= k {
-			if r.Mean[fmt.Sprintf("val/top%d", k)], err = topk.Accuracy(k); err != nil {
+			if r.Mean[metrics.ValTopK(k)], err = topk.Accuracy(k); err != nil {
 				return err
 			}
 		}

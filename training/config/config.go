@@ -53,7 +53,9 @@ type Model struct {
 	Recipe string `toml:"recipe"`
 	// Params is a free-form table passed to the recipe ([model.params]).
 	Params map[string]any `toml:"params"`
-	// Loss names the graph output that is minimised. Default "loss".
+	// Loss is the model's scalar output that is minimised, or for
+	// model.onnx a built-in loss added to its first output (loss.Kinds:
+	// mse, l1, cross_entropy, bce_with_logits). Default "loss".
 	Loss string `toml:"loss"`
 	// LabelSmoothing mixes cross-entropy's one-hot targets with the
 	// uniform distribution, as PyTorch's label_smoothing (model.onnx with

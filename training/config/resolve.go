@@ -11,6 +11,7 @@ import (
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort/ortopt"
 	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/loss"
 )
 
 // Resolve fills the values that depend on others and checks the whole
@@ -52,7 +53,7 @@ func (c *Config) Resolve() error {
 		switch {
 		case m.LabelSmoothing < 0 || m.LabelSmoothing >= 1:
 			bad("model.label_smoothing", "must be in [0, 1), not %g", m.LabelSmoothing)
-		case m.ONNX == "" || m.Loss != "cross_entropy":
+		case m.ONNX == "" || m.Loss != loss.CrossEntropy:
 			bad("model.label_smoothing", "applies to model.onnx trained with loss = \"cross_entropy\" (recipes set their own; prebuilt artifacts have theirs baked in)")
 		}
 	}

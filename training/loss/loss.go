@@ -7,6 +7,7 @@ package loss
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -22,6 +23,20 @@ const (
 	BCEWithLogits = "bce_with_logits"
 	Output        = "output" // a scalar output of the model is the loss
 )
+
+// Kinds are the built-in losses, which --loss and model.loss name: the one
+// list of them.
+var Kinds = []string{MSE, L1, CrossEntropy, BCEWithLogits}
+
+// FlagFor turns model.loss, a built-in loss or the name of the model's
+// scalar output that is the loss, into --loss's form (output:NAME for an
+// output).
+func FlagFor(modelLoss string) string {
+	if slices.Contains(Kinds, modelLoss) {
+		return modelLoss
+	}
+	return Output + ":" + modelLoss
+}
 
 // Name is the value every loss is written to.
 const Name = "loss"
@@ -53,14 +68,13 @@ func (e *Error) BadInput() bool { return true }
 // Parse reads the --loss flag: mse, l1, cross_entropy, bce_with_logits or
 // output:NAME.
 func Parse(s string) (Spec, error) {
-	if name, ok := strings.CutPrefix(s, "output:"); ok && name != "" {
+	if name, ok := strings.CutPrefix(s, Output+":"); ok && name != "" {
 		return Spec{Kind: Output, Output: name}, nil
 	}
-	switch s {
-	case MSE, L1, CrossEntropy, BCEWithLogits:
+	if slices.Contains(Kinds, s) {
 		return Spec{Kind: s}, nil
 	}
-	return Spec{}, &Error{fmt.Sprintf("unknown loss %q: want mse, l1, cross_entropy, bce_with_logits or output:NAME", s)}
+	return Spec{}, &Error{fmt.Sprintf("unknown loss %q: want %s or %s:NAME", s, strings.Join(Kinds, ", "), Output)}
 }
 
 // Add appends the loss to g, naming it Name, and returns the target inputs

@@ -268,7 +268,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 			return nil, &config.Error{Key: "model.onnx", Msg: err.Error()}
 		}
 		pm.Params = models.CountParams(g)
-		spec, err := loss.Parse(lossFlag(mc.Loss))
+		spec, err := loss.Parse(loss.FlagFor(mc.Loss))
 		if err != nil {
 			return nil, &config.Error{Key: "model.loss", Msg: err.Error()}
 		}
@@ -341,16 +341,6 @@ func arithmetic(c *config.Config, m *artifacts.Manifest) string {
 		return "float32, matrix products on TF32 tensor cores (CUDA)"
 	}
 	return "float32 throughout"
-}
-
-// lossFlag turns model.loss into artifacts' loss flag, as setup.Artifacts
-// does for model.onnx: a built-in loss name, else the graph's output.
-func lossFlag(name string) string {
-	switch name {
-	case loss.MSE, loss.L1, loss.CrossEntropy, loss.BCEWithLogits:
-		return name
-	}
-	return "output:" + name
 }
 
 // inputs lists the data inputs of the forward graph g once the loss of spec

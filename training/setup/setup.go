@@ -329,11 +329,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		opts.Graph, opts.Loss, opts.LabelSmoothing = rm.Graph, rm.Loss, rm.LabelSmoothing
 		source = "recipe " + mc.Recipe
 	} else {
-		switch opts.Loss = mc.Loss; opts.Loss {
-		case loss.MSE, loss.L1, loss.CrossEntropy, loss.BCEWithLogits:
-		default:
-			opts.Loss = "output:" + opts.Loss
-		}
+		opts.Loss = loss.FlagFor(mc.Loss)
 		opts.LabelSmoothing = mc.LabelSmoothing
 	}
 	m, err := artifacts.Build(opts)

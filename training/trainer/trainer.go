@@ -343,7 +343,7 @@ func (t *Trainer) validate() error {
 			}
 		}
 	}
-	out := map[string]float64{"val/loss": sum / float64(max(count, 1))}
+	out := map[string]float64{metrics.ValLoss: sum / float64(max(count, 1))}
 	vm.report(out)
 	return t.callbacks.OnValidationEnd(&t.state, out)
 }
@@ -426,20 +426,16 @@ func (v *valMetrics) report(out map[string]float64) {
 	if v.classes > 0 && v.topk.Count() > 0 {
 		for _, k := range []int{1, 5} {
 			if k <= v.classes {
-				out[fmt.Sprintf("val/top%d", k)], _ = v.topk.Accuracy(k)
+				out[metrics.ValTopK(k)], _ = v.topk.Accuracy(k)
 			}
 		}
 	}
-	if v.ppl.Tokens() > 0 {
-		out["val/nll"], _ = v.ppl.MeanNLL()
-		out["val/ppl"], _ = v.ppl.Value()
-		out["val/bpt"], _ = v.ppl.BitsPerToken()
-	}
+	v.ppl.Report(out)
 	if v.psnr.Count() > 0 {
-		out["val/psnr"], _ = v.psnr.Value()
+		out[metrics.ValPSNR], _ = v.psnr.Value()
 	}
 	if v.ssim.Count() > 0 {
-		out["val/ssim"], _ = v.ssim.Value()
+		out[metrics.ValSSIM], _ = v.ssim.Value()
 	}
 	if len(v.codes) > 0 {
 		var total int64
@@ -451,9 +447,9 @@ func (v *valMetrics) report(out map[string]float64) {
 			p := float64(n) / float64(total)
 			h -= p * math.Log(p)
 		}
-		out["val/codebook_perplexity"] = math.Exp(h)
+		out[metrics.ValCodebookPerplexity] = math.Exp(h)
 		if v.codebookLen > 0 {
-			out["val/codebook_usage"] = float64(len(v.codes)) / float64(v.codebookLen)
+			out[metrics.ValCodebookUsage] = float64(len(v.codes)) / float64(v.codebookLen)
 		}
 	}
 }
@@ -748,18 +744,18 @@ func codebookLen(c *config.Config) int64 {
 // val/ppl and val/bpt (bits per token) for a language model; val/psnr, val/ssim and the codebook's
 // usage and perplexity for a VQ autoencoder.
 func validationMetrics(m *artifacts.Manifest) []string {
-	out := []string{"val/loss"}
+	out := []string{metrics.ValLoss}
 	if classifierOutput(m) != "" {
-		out = append(out, "val/top1", "val/top5")
+		out = append(out, metrics.ValTop1, metrics.ValTop5)
 	}
 	if slices.ContainsFunc(m.Data, func(d artifacts.Tensor) bool { return d.Name == tokenMask }) {
-		out = append(out, "val/nll", "val/ppl", "val/bpt")
+		out = append(out, metrics.ValNLL, metrics.ValPPL, metrics.ValBPT)
 	}
 	if slices.Contains(m.Outputs, reconOutput) {
-		out = append(out, "val/psnr", "val/ssim")
+		out = append(out, metrics.ValPSNR, metrics.ValSSIM)
 	}
 	if slices.Contains(m.Outputs, codesOutput) {
-		out = append(out, "val/codebook_perplexity", "val/codebook_usage")
+		out = append(out, metrics.ValCodebookPerplexity, metrics.ValCodebookUsage)
 	}
 	return out
 }
