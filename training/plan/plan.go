@@ -166,10 +166,12 @@ type Steps struct {
 }
 
 // Loader is the training loader's host-memory plan, as data.New makes it:
-// Workers + Prefetch + 1 batch buffers (one being filled per worker,
-// Prefetch waiting, one held by the trainer) plus the dataset's cache.
+// Workers × (1 + Prefetch) + 1 batch buffers (one being filled per worker,
+// Prefetch waiting per worker, one held by the trainer) plus the dataset's
+// cache.
 type Loader struct {
-	Workers    int   `json:"workers"`
+	Workers int `json:"workers"`
+	// Prefetch is data.prefetch, batches ahead per worker.
 	Prefetch   int   `json:"prefetch"`
 	Buffers    int   `json:"buffers"`
 	BatchBytes int64 `json:"batch_bytes"`
@@ -401,7 +403,7 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 		pd.Unopened = fmt.Sprintf("data.val = %s does not exist", d.Val)
 	}
 	lc := setup.LoaderConfig(c, true)
-	p.Loader = Loader{Workers: lc.Workers, Prefetch: lc.Prefetch, Buffers: lc.Workers + lc.Prefetch + 1, Limit: lc.MaxBytes,
+	p.Loader = Loader{Workers: lc.Workers, Prefetch: d.Prefetch, Buffers: lc.Workers + lc.Prefetch + 1, Limit: lc.MaxBytes,
 		LimitIsRAM: d.MemoryLimit == 0}
 	if pd.Unopened == "" {
 		train, val, err := setup.Datasets(c, m)

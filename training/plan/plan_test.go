@@ -145,6 +145,11 @@ func TestWithData(t *testing.T) {
 	if !reflect.DeepEqual(steps, []int64{0, 2, 6, 11}) || p.LR.Points[0].LR != 0 || p.LR.Points[1].LR != p.LR.Peak || p.LR.Points[3].LR <= c.Scheduler.MinLR {
 		t.Errorf("lr points %+v: want steps 0, 2, 6, 11 rising from 0 to the peak, then decaying", p.LR.Points)
 	}
+	// data.prefetch counts per worker (PyTorch's prefetch_factor): the
+	// preset's 4 workers × (1 + 2) + 1 held by the trainer.
+	if l := p.Loader; l.Workers != 4 || l.Prefetch != 2 || l.Buffers != 13 {
+		t.Errorf("loader %+v: want 4 workers, prefetch 2 per worker, 13 batch buffers", l)
+	}
 	// The loader also counts each batch's index slice: a few bytes a row.
 	if l := p.Loader; l.Estimated || l.TotalBytes < int64(l.Buffers)*l.BatchBytes || l.TotalBytes > int64(l.Buffers)*l.BatchBytes*101/100 {
 		t.Errorf("loader %+v: want the measured plan of (workers + prefetch + 1) batches", p.Loader)

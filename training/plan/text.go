@@ -110,7 +110,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 
 	l := p.Loader
 	if !l.Known {
-		row("loader", "%d workers + %d prefetch + 1 = %d batch buffers; sizes unknown", l.Workers, l.Prefetch, l.Buffers)
+		row("loader", "%d workers × (1 + %d prefetch) + 1 = %d batch buffers; sizes unknown", l.Workers, l.Prefetch, l.Buffers)
 	} else {
 		est := ""
 		if l.Estimated {
@@ -128,7 +128,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if l.TotalBytes > l.Limit {
 			verdict = bound + " " + data.FormatBytes(l.Limit) + ": OVER"
 		}
-		row("loader", "(%d workers + %d prefetch + 1) × %s per batch%s = %s host memory%s; %s",
+		row("loader", "(%d workers × (1 + %d prefetch) + 1) × %s per batch%s = %s host memory%s; %s",
 			l.Workers, l.Prefetch, data.FormatBytes(l.BatchBytes), cache, data.FormatBytes(l.TotalBytes), est, verdict)
 	}
 	for _, n := range p.Notes {

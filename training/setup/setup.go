@@ -359,7 +359,10 @@ func LoaderConfig(c *config.Config, train bool) data.Config {
 	}
 	// num_workers = 0 (load on the training goroutine) runs one worker:
 	// the loader always loads ahead.
-	cfg := data.Config{BatchSize: d.BatchSize, Workers: max(1, d.NumWorkers), Prefetch: d.Prefetch,
+	// data.prefetch counts per worker, as PyTorch's prefetch_factor: the
+	// loader's Prefetch is the batches waiting in all.
+	workers := max(1, d.NumWorkers)
+	cfg := data.Config{BatchSize: d.BatchSize, Workers: workers, Prefetch: workers * d.Prefetch,
 		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast, SkipBadFiles: d.SkipBadFiles}
 	if !train {
 		cfg.Shuffle, cfg.DropLast = false, false
