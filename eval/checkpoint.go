@@ -22,6 +22,7 @@ import (
 	"github.com/ortrain/ortrain/training/data/nifti"
 	"github.com/ortrain/ortrain/training/data/tokens"
 	"github.com/ortrain/ortrain/training/data/volumes"
+	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safetensors"
 	"github.com/ortrain/ortrain/training/setup"
@@ -218,10 +219,10 @@ func checkpointWeights(ck *checkpoint.Checkpoint, dir string, m *artifacts.Manif
 		}
 	}
 	source := func(name string) (*ort.Value, error) {
-		f := ck.Tensors
-		info, ok := f.Info(name)
+		f, stored := ck.Tensors, storedName(ck, name)
+		info, ok := f.Info(stored)
 		if !ok {
-			f = initial
+			f, stored = initial, name
 			if info, ok = f.Info(name); !ok {
 				return nil, mismatch("neither it nor the initial weights hold %s", name)
 			}
@@ -230,13 +231,23 @@ func checkpointWeights(ck *checkpoint.Checkpoint, dir string, m *artifacts.Manif
 		if err != nil {
 			return nil, err
 		}
-		if err := f.ReadInto(name, v.RawBytes()); err != nil {
+		if err := f.ReadInto(stored, v.RawBytes()); err != nil {
 			v.Close()
 			return nil, err
 		}
 		return v, nil
 	}
 	return source, func() { initial.Close() }, nil
+}
+
+// storedName is the checkpoint tensor that holds a weight's value for
+// evaluation: a parameter's moving average when the run kept one
+// (optimizer.ema_decay), else the weight itself.
+func storedName(ck *checkpoint.Checkpoint, name string) string {
+	if _, ok := ck.Tensors.Info(optim.EMAName(name)); ok {
+		return optim.EMAName(name)
+	}
+	return name
 }
 
 func sameDims(a, b []int64) bool {

@@ -45,8 +45,8 @@ const exportExternalAbove = 1 << 30
 
 // ExportCheckpoint writes a checkpoint's model for inference: the eval
 // graph (BatchNorm on its running statistics) without the loss and its
-// scalar terms, or a recipe's part, with the checkpoint's weights as
-// initializers, so it runs in any ONNX Runtime with only data fed. The
+// scalar terms, or a recipe's part, with the checkpoint's weights (their
+// moving averages when the run kept them) as initializers, so it runs in any ONNX Runtime with only data fed. The
 // file is written atomically, never over an existing one.
 func ExportCheckpoint(o ExportOptions) (*ExportResult, error) {
 	if o.Out == "" {
@@ -101,10 +101,10 @@ func ExportCheckpoint(o ExportOptions) (*ExportResult, error) {
 		if _, isInit := g.Initializers[name]; !isInput && !isInit {
 			continue
 		}
-		src := lc.ck.Tensors
-		info, ok := src.Info(name)
+		src, stored := lc.ck.Tensors, storedName(lc.ck, name)
+		info, ok := src.Info(stored)
 		if !ok {
-			src = initial
+			src, stored = initial, name
 			if info, ok = src.Info(name); !ok {
 				return nil, &InputError{File: lc.ck.Dir, Err: fmt.Errorf("has no weight %s, and the model's initial weights neither", name)}
 			}
@@ -112,7 +112,7 @@ func ExportCheckpoint(o ExportOptions) (*ExportResult, error) {
 		if want := g.Info(name); want.Known && !slices.Equal(want.Shape, info.Shape) {
 			return nil, &InputError{File: lc.ck.Dir, Err: fmt.Errorf("weight %s is %v, the exported graph reads %v", name, info.Shape, want.Shape)}
 		}
-		raw, err := src.Read(name)
+		raw, err := src.Read(stored)
 		if err != nil {
 			return nil, err
 		}

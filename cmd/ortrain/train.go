@@ -112,6 +112,9 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
 	if m, err := artifacts.Load(prep.artifacts); err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "ortrain: precision %s: %s\n", cfg.Trainer.Precision, m.Precision)
+		if d := m.Optimizer.EMADecay; d > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "ortrain: weight EMA %g: validation, eval and export use the averaged weights\n", d)
+		}
 	}
 	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
 		Dir: rd, Resume: ck, Progress: os.Stderr})

@@ -282,6 +282,11 @@ type Optimizer struct {
 	Momentum float64 `toml:"momentum"`
 	// Nesterov uses Nesterov momentum (SGD, momentum > 0).
 	Nesterov bool `toml:"nesterov"`
+	// EMADecay keeps an exponential moving average of the weights (decay
+	// per optimizer step, e.g. 0.999), as torchvision's --model-ema:
+	// validation, eval and export use the averaged weights, checkpoints
+	// hold both. 0 (default) keeps none.
+	EMADecay float64 `toml:"ema_decay,omitempty"`
 }
 
 // Scheduler configures the learning-rate schedule ([scheduler]).

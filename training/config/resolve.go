@@ -256,6 +256,9 @@ func (c *Config) Resolve() error {
 	if o.Nesterov && o.Momentum == 0 {
 		bad("optimizer.nesterov", "needs optimizer.momentum > 0")
 	}
+	if !(o.EMADecay >= 0 && o.EMADecay < 1) {
+		bad("optimizer.ema_decay", "must be 0 (no average) or a decay in (0, 1), not %g", o.EMADecay)
+	}
 
 	// [scheduler]
 	s := c.Scheduler

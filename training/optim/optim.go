@@ -36,6 +36,9 @@ const (
 // training graph writes the same tensor (see artifacts).
 func GradName(param string) string { return "grad." + param }
 
+// EMAName is the state holding a parameter's moving average.
+func EMAName(param string) string { return "ema." + param }
+
 // Out names the output that holds the new value of an input.
 func Out(name string) string { return name + ".out" }
 
@@ -55,6 +58,10 @@ type Config struct {
 	// NoDecay lists globs of parameters exempt from weight decay. When nil,
 	// parameters of rank 0 or 1 (biases, norm scales and shifts) are exempt.
 	NoDecay []string `json:"no_decay"`
+	// EMADecay keeps an exponential moving average of every parameter,
+	// ema ← d·ema + (1−d)·w after each update (a copy of w at the first),
+	// as optimizer state EMAName(param); 0 keeps none.
+	EMADecay float64 `json:"ema_decay,omitempty"`
 	// Exact takes every value as given, so that a zero weight decay or
 	// momentum means zero rather than "use the default". Callers holding a
 	// resolved configuration set it.
@@ -139,6 +146,9 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 	if len(params) == 0 {
 		return nil, nil, &Error{"no trainable parameters"}
 	}
+	if !(c.EMADecay >= 0 && c.EMADecay < 1) {
+		return nil, nil, &Error{fmt.Sprintf("ema_decay %v: want 0 (off) or a decay in (0, 1)", c.EMADecay)}
+	}
 	g := graph.New("optimizer", graph.EmitOpset)
 	scalar := graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{}}
 	for _, s := range []string{LR, Step, GradScale, ClipNorm} {
@@ -210,6 +220,14 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 			next = b.Sub(p.Name, b.Mul(lr, d))
 		}
 		b.OpInto(Out(p.Name), "Identity", []string{next})
+		if c.EMADecay > 0 {
+			ema := EMAName(p.Name)
+			g.AddInput(ema, p.Info)
+			states = append(states, State{ema, p.Name})
+			avg := b.Add(b.Mul(ema, k(c.EMADecay)), b.Mul(next, k(1-c.EMADecay)))
+			// The first update copies the weights (the state starts at 0).
+			b.OpInto(Out(ema), "Where", []string{b.Less(Step, b.Scalar(dtype.Float32, 1.5)), next, avg})
+		}
 		// 0·w is 0 for finite w and NaN for ±Inf or NaN: the sum is 0
 		// exactly when every new weight is finite, whatever their size.
 		zeros = append(zeros, b.Cast(b.ReduceSum(b.Mul(next, k(0)), false), dtype.Float32))

@@ -78,6 +78,7 @@ func TestOptimizerMatchesReference(t *testing.T) {
 		{"adamw clipped and scaled", optim.Config{Kind: optim.AdamW}, 0.5, 0.3},
 		{"sgd momentum", optim.Config{Kind: optim.SGD, WeightDecay: 0.01}, 1, 0},
 		{"sgd nesterov clipped", optim.Config{Kind: optim.SGD, Nesterov: true, WeightDecay: 0.01}, 1, 0.5},
+		{"adamw with weight ema", optim.Config{Kind: optim.AdamW, EMADecay: 0.9}, 1, 0},
 	}
 	orttest.Init(t)
 	for _, c := range cases {
@@ -116,6 +117,9 @@ func TestOptimizerMatchesReference(t *testing.T) {
 				shape[st.Name] = shape[st.Param]
 			}
 			shape[optim.GradName("w")], shape[optim.GradName("b")] = shape["w"], shape["b"]
+			// The moving average the graph should keep of the weights it
+			// returns: a copy at the first step, then d·ema + (1−d)·w.
+			wantEMA := map[string][]float64{}
 			for step := 1; step <= 3; step++ {
 				feed := map[string]*ort.Value{}
 				for k, v := range vals {
@@ -150,6 +154,26 @@ func TestOptimizerMatchesReference(t *testing.T) {
 				}
 				for _, v := range feed {
 					v.Close()
+				}
+				for _, name := range []string{"w", "b"} {
+					for k, x := range vals[name] {
+						if step == 1 {
+							wantEMA[name] = append(wantEMA[name], float64(x))
+						} else {
+							wantEMA[name][k] = c.cfg.EMADecay*wantEMA[name][k] + (1-c.cfg.EMADecay)*float64(x)
+						}
+					}
+				}
+			}
+			for _, name := range []string{"w", "b"} {
+				got, kept := vals[optim.EMAName(name)]
+				if kept != (c.cfg.EMADecay > 0) {
+					t.Fatalf("ema_decay %g: average of %s kept %v", c.cfg.EMADecay, name, kept)
+				}
+				for k, x := range got {
+					if math.Abs(float64(x)-wantEMA[name][k]) > 1e-6*(1+math.Abs(wantEMA[name][k])) {
+						t.Errorf("%s[%d] = %g after 3 steps, want %g", optim.EMAName(name), k, x, wantEMA[name][k])
+					}
 				}
 			}
 			for i, name := range []string{"w", "b"} {

@@ -254,6 +254,10 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 			pm.Optimizer, pm.StateCopies = fmt.Sprintf("sgd (momentum %g)", o.Momentum), 6
 		}
 	}
+	if o.EMADecay > 0 {
+		pm.Optimizer += fmt.Sprintf(", weight EMA %g", o.EMADecay)
+		pm.StateCopies += 2 // the average, double-buffered as the weights
+	}
 	m := &artifacts.Manifest{}
 	switch {
 	case mc.Artifacts != "":

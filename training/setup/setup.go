@@ -309,7 +309,8 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	}
 	o := c.Optimizer
 	// The resolved config holds every value: a zero weight decay is zero.
-	oc := optim.Config{Kind: o.Name, LR: o.LR, WeightDecay: o.WeightDecay, Eps: o.Eps, Momentum: o.Momentum, Nesterov: o.Nesterov, Exact: true}
+	oc := optim.Config{Kind: o.Name, LR: o.LR, WeightDecay: o.WeightDecay, Eps: o.Eps, Momentum: o.Momentum, Nesterov: o.Nesterov,
+		EMADecay: o.EMADecay, Exact: true}
 	if len(o.Betas) == 2 {
 		oc.Beta1, oc.Beta2 = o.Betas[0], o.Betas[1]
 	}

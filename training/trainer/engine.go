@@ -12,6 +12,7 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -33,10 +34,13 @@ type engine struct {
 	train, eval, op *ort.Session
 
 	params, states []pair // flip together, after an applied optimizer step
-	grads          []pair // flip after every training run
-	buffers        []pair // flip after a training run with a finite loss
-	frozen         []*ort.Value
-	p, g, u        int // parities of params/states, grads, buffers
+	// ema[i] is the index in states of params[i]'s moving average; nil
+	// when the run keeps none.
+	ema     []int
+	grads   []pair // flip after every training run
+	buffers []pair // flip after a training run with a finite loss
+	frozen  []*ort.Value
+	p, g, u int // parities of params/states, grads, buffers
 
 	trainB [2][2][2]*ort.Binding // [p][g][u]
 	optB   [2][2]*ort.Binding    // [p][g]
@@ -140,6 +144,19 @@ func (e *engine) allocState() error {
 	for _, st := range e.m.Optimizer.States {
 		if err := add(&e.states, st.Name, shapes[st.Param]); err != nil {
 			return err
+		}
+	}
+	if e.m.Optimizer.EMADecay > 0 {
+		at := map[string]int{}
+		for i, st := range e.states {
+			at[st.name] = i
+		}
+		for _, p := range e.params {
+			i, ok := at[optim.EMAName(p.name)]
+			if !ok {
+				return fmt.Errorf("optimizer graph: ema_decay %g but no average of %s", e.m.Optimizer.EMADecay, p.name)
+			}
+			e.ema = append(e.ema, i)
 		}
 	}
 	// Buffers and frozen parameters take their shapes from the weights file.
@@ -276,7 +293,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 				if m.LossScaleInput != "" {
 					errs = append(errs, b.BindInput(m.LossScaleInput, lscale))
 				}
-				errs = append(errs, e.bindCommon(b, p, u)...)
+				errs = append(errs, e.bindCommon(b, p, u, false)...)
 				for i, gr := range m.Gradients {
 					errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]), b.BindOutput(gr.Out, e.grads[i].v[1-g]))
 				}
@@ -318,7 +335,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 			}
 			e.evalB[p][u] = b
 			e.allEval = append(e.allEval, b)
-			errs := append(e.bindCommon(b, p, u), b.BindOutput(m.Loss, eloss))
+			errs := append(e.bindCommon(b, p, u, e.ema != nil), b.BindOutput(m.Loss, eloss))
 			for _, name := range e.fetch {
 				errs = append(errs, b.BindOutputOnHost(name))
 			}
@@ -336,11 +353,16 @@ func (e *engine) bind(feeds data.Feeds) error {
 }
 
 // bindCommon binds the parameters, frozen parameters and buffers that the
-// training and eval graphs both read.
-func (e *engine) bindCommon(b *ort.Binding, p, u int) []error {
+// training and eval graphs both read; with average, the parameters' moving
+// averages stand in for them (validation of a run keeping a weight EMA).
+func (e *engine) bindCommon(b *ort.Binding, p, u int, average bool) []error {
 	var errs []error
-	for _, pm := range e.params {
-		errs = append(errs, b.BindInput(pm.name, pm.v[p]))
+	for i, pm := range e.params {
+		v := pm.v[p]
+		if average {
+			v = e.states[e.ema[i]].v[p]
+		}
+		errs = append(errs, b.BindInput(pm.name, v))
 	}
 	for i, t := range e.m.Frozen {
 		errs = append(errs, b.BindInput(t.Name, e.frozen[i]))

@@ -642,6 +642,7 @@ func checkOptimizer(c *config.Config, m *artifacts.Manifest) error {
 		{"optimizer.nesterov", o.Nesterov, g.Nesterov},
 		{"optimizer.eps", o.Eps, g.Eps},
 		{"optimizer.decay_bias_and_norm", o.DecayBiasAndNorm, g.NoDecay != nil && len(g.NoDecay) == 0},
+		{"optimizer.ema_decay", o.EMADecay, g.EMADecay},
 	}
 	if len(o.Betas) == 2 {
 		check = append(check, struct {
