@@ -270,8 +270,11 @@ func buildLM(params map[string]any) (*Model, error) {
 func CountParams(g *graph.Graph) int64 {
 	buffers := map[string]bool{}
 	for _, n := range g.Nodes {
-		if n.Op == "BatchNormalization" {
+		switch {
+		case n.Op == "BatchNormalization":
 			buffers[n.Input(3)], buffers[n.Input(4)] = true, true
+		case graph.IsUpdateBuffer(n):
+			buffers[n.Input(0)] = true
 		}
 	}
 	var total int64

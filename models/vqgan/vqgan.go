@@ -76,6 +76,17 @@ type Config struct {
 	CodebookSize int `toml:"codebook_size"`
 	// Beta weighs the commitment loss (0.25).
 	Beta float64 `toml:"beta"`
+	// CodebookDecay > 0 keeps the codebook as TATS and medicaldiffusion do
+	// (0.99 there): not trained by a loss but updated every training step
+	// as an exponential moving average of the encoder vectors assigned to
+	// each code, and without the codebook loss term. 0 trains it by the
+	// codebook loss (VQ-VAE's).
+	CodebookDecay float64 `toml:"codebook_decay"`
+	// RestartThres: with CodebookDecay, a code whose moving count of
+	// assigned vectors falls below it is restarted at an encoder vector of
+	// the batch (1.0, as the anchors), unless NoRandomRestart.
+	RestartThres    float64 `toml:"restart_thres"`
+	NoRandomRestart bool    `toml:"no_random_restart"`
 	// Groups is GroupNorm's group count; it must divide every width.
 	Groups int `toml:"groups"`
 	// Seed draws the initial weights.
@@ -89,7 +100,7 @@ type Config struct {
 // their own patch size). ParamCount: 36,335,321.
 func Default() Config {
 	return Config{PatchSize: []int{64, 64, 64}, InChannels: 1, Channels: 64, ChannelMult: []int{1, 1, 2, 4},
-		ResBlocks: 2, ZChannels: 8, EmbedDim: 8, CodebookSize: 8192, Beta: 0.25, Groups: 32}
+		ResBlocks: 2, ZChannels: 8, EmbedDim: 8, CodebookSize: 8192, Beta: 0.25, Groups: 32, RestartThres: 1}
 }
 
 // Validate reports the first size or setting Build cannot use.
@@ -116,6 +127,9 @@ func (c Config) Validate() error {
 	}
 	if c.Beta < 0 {
 		return fmt.Errorf("vqgan: beta %g is negative", c.Beta)
+	}
+	if !(c.CodebookDecay >= 0 && c.CodebookDecay < 1) || !(c.RestartThres >= 0) {
+		return fmt.Errorf("vqgan: codebook_decay %g must be in [0, 1) and restart_thres %g ≥ 0", c.CodebookDecay, c.RestartThres)
 	}
 	return nil
 }
@@ -160,7 +174,10 @@ func (c Config) ParamCount() int64 {
 		prev = w(i)
 	}
 	total += 2*res(top, top) + 2*top + conv3(top, z, 3)
-	total += conv3(z, e, 1) + K*e + conv3(e, z, 1)
+	total += conv3(z, e, 1) + conv3(e, z, 1)
+	if c.CodebookDecay == 0 {
+		total += K * e // an EMA codebook is a buffer
+	}
 	total += conv3(z, top, 3) + 2*res(top, top)
 	prev = top
 	for i := L - 1; i >= 0; i-- {
@@ -201,6 +218,58 @@ func (m *model) resBlock(name, x string, a, b int64) string {
 		x = m.conv(name+".nin_shortcut", x, a, b, 1, 1)
 	}
 	return m.B.Add(x, h)
+}
+
+// Names of the EMA codebook's buffers besides the codebook itself.
+const (
+	ClusterSize = "quantize.cluster_size" // [K] moving count of vectors per code
+	EmbedAvg    = "quantize.embed_avg"    // [K, e] moving sum of those vectors
+)
+
+// emaCodebook writes the EMA codebook's updates (TATS's Codebook): with
+// n_k the batch's count of vectors assigned to code k and s_k their sum,
+// N ← d·N + (1−d)·n, S ← d·S + (1−d)·s, and each code becomes S_k / N̂_k
+// with N̂ = (N + ε)/(ΣN + K·ε)·ΣN (Laplace smoothing, ε = 1e-7). Unless
+// NoRandomRestart, a code whose N is below RestartThres is replaced by an
+// encoder vector of the batch: row (k·7919) mod M of the M flattened
+// vectors, a spread over the batch that needs no random draw, so a resumed
+// run reproduces it (the anchors draw a random permutation). The counts
+// start at 0, so the first step restarts every code from the batch: the
+// data-dependent initialisation the anchors do separately. It returns the
+// buffer updates' outputs.
+func (m *model) emaCodebook(cb, zf, idx string) []string {
+	c, b := m.c, m.B
+	e, K := int64(c.EmbedDim), int64(c.CodebookSize)
+	d := c.CodebookDecay
+	// The codebook's initial values seed the moving sum too (count 0).
+	raw, err := graph.RawBytes(m.G.Initializers[cb])
+	if err != nil {
+		b.Err = err
+		return nil
+	}
+	m.G.AddInitializer(graph.Raw(EmbedAvg, dtype.Float32, []int64{K, e}, raw))
+	m.G.AddInitializer(graph.Float32s(ClusterSize, []int64{K}, make([]float32, K)))
+	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
+	sg := m.StopGradient(zf)                                                                                                               // the statistics are not trained through
+	onehot := b.Op("OneHot", []string{idx, b.Ints(K), m.Constant(graph.Float32s("", []int64{2}, []float32{0, 1}))}, graph.AInt("axis", 1)) // [M, K]
+	n := b.ReduceSum(onehot, false, 0)                                                                                                     // [K]
+	s := b.MatMul(b.Transpose(onehot, 1, 0), sg)                                                                                           // [K, e]
+	size := b.Add(b.Mul(ClusterSize, f(d)), b.Mul(n, f(1-d)))
+	sum := b.Add(b.Mul(EmbedAvg, f(d)), b.Mul(s, f(1-d)))
+	total := b.ReduceSum(size, true, 0)
+	smoothed := b.Mul(b.Div(b.Add(size, f(1e-7)), b.Add(total, f(float64(K)*1e-7))), total)
+	codes := b.Div(sum, b.Unsqueeze(smoothed, 1))
+	if !c.NoRandomRestart {
+		M := b.Squeeze(b.Slice(b.Shape(sg), []int64{0}, []int64{1}, []int64{0}, nil), 0)
+		k := make([]int64, K)
+		for i := range k {
+			k[i] = int64(i) * 7919
+		}
+		rows := b.Op("Gather", []string{sg, b.Op("Mod", []string{b.Ints(k...), M})}, graph.AInt("axis", 0)) // [K, e]
+		used := b.Unsqueeze(b.Cast(b.Op("GreaterOrEqual", []string{size, f(c.RestartThres)}), dtype.Float32), 1)
+		codes = b.Add(b.Mul(codes, used), b.Mul(rows, b.Sub(f(1), used)))
+	}
+	return []string{b.UpdateBuffer(cb, codes), b.UpdateBuffer(ClusterSize, size), b.UpdateBuffer(EmbedAvg, sum)}
 }
 
 // decode writes the decoder from the quantised latent zq ([N, e, d, h, w])
@@ -296,6 +365,10 @@ func Build(c Config) (*graph.Graph, error) {
 	idx := b.Op("ArgMin", []string{dist}, graph.AInt("axis", 1), graph.AInt("keepdims", 0))
 	zqf := b.Op("Gather", []string{cb, idx}, graph.AInt("axis", 0))
 	sq := func(v string) string { return b.ReduceMean(b.Mul(v, v), false) }
+	var updates []string
+	if c.CodebookDecay > 0 {
+		updates = m.emaCodebook(cb, zf, idx)
+	}
 	b.OpInto(CodebookLoss, "Identity", []string{sq(b.Sub(m.StopGradient(zf), zqf))})
 	b.OpInto(CommitLoss, "Identity", []string{sq(b.Sub(zf, m.StopGradient(zqf)))})
 	zq := b.Transpose(b.Reshape(zqf, b.Ints(-1, lat[0], lat[1], lat[2], e)), 0, 4, 1, 2, 3)
@@ -305,8 +378,14 @@ func Build(c Config) (*graph.Graph, error) {
 	m.decode(zst)
 
 	b.OpInto(RecLoss, "Identity", []string{b.ReduceMean(b.Abs(b.Sub(x, Recon)), false)})
-	b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), b.Mul(b.Scalar(dtype.Float32, c.Beta), CommitLoss)})
-	m.G.Outputs = []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}
+	commit := b.Mul(b.Scalar(dtype.Float32, c.Beta), CommitLoss)
+	if c.CodebookDecay > 0 {
+		// The moving averages move the codes; CodebookLoss is only logged.
+		b.OpInto(Loss, "Add", []string{RecLoss, commit})
+	} else {
+		b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), commit})
+	}
+	m.G.Outputs = append([]string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}, updates...)
 	if b.Err != nil {
 		return nil, b.Err
 	}

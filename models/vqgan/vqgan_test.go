@@ -28,6 +28,8 @@ func TestParamCount(t *testing.T) {
 	deeper.ChannelMult, deeper.ResBlocks, deeper.PatchSize = []int{1, 1, 2, 4}, 2, []int{16, 8, 8}
 	wide := tiny()
 	wide.InChannels, wide.ZChannels, wide.EmbedDim, wide.CodebookSize = 2, 8, 3, 100
+	ema := tiny()
+	ema.CodebookDecay = 0.99 // the codebook is a buffer then
 	for _, tc := range []struct {
 		name string
 		c    vqgan.Config
@@ -36,6 +38,7 @@ func TestParamCount(t *testing.T) {
 		{"tiny", tiny(), 0},
 		{"deeper", deeper, 0},
 		{"wide", wide, 0},
+		{"ema codebook", ema, tiny().ParamCount() - 16*4},
 		{"default", vqgan.Default(), 36_335_321},
 	} {
 		g, err := vqgan.Build(tc.c)
@@ -165,5 +168,60 @@ func TestTinyVQGANTrains(t *testing.T) {
 	t.Logf("tiny VQ-GAN (%d parameters): loss %.3f at step 1, %.3f at step 150, eval %.3f", m.ParamCount, first, last, ev)
 	if !(last < first/2) || !(ev < first/2) {
 		t.Errorf("loss %.3f -> %.3f (eval %.3f), want it halved", first, last, ev)
+	}
+}
+
+// TestEMACodebookTrains: with codebook_decay the codebook and its two
+// moving statistics are buffers (not trained parameters) that the training
+// graph updates every step and the eval graph only reads: after one step
+// the moving count holds (1−d)·M over the M latent vectors of the batch,
+// the codebook has moved, and training lowers the loss.
+func TestEMACodebookTrains(t *testing.T) {
+	c := tiny()
+	m, err := models.Build("vqgan3d", map[string]any{"patch_size": []int{8, 8, 8}, "channels": 8, "channel_mult": []int{1, 2},
+		"res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4, "seed": 1, "codebook_decay": 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss})
+	var buffers []string
+	for _, b := range man.Buffers {
+		buffers = append(buffers, b.Name)
+	}
+	for _, want := range []string{"quantize.embedding.weight", vqgan.ClusterSize, vqgan.EmbedAvg} {
+		if !slices.Contains(buffers, want) {
+			t.Errorf("buffers %v lack %s", buffers, want)
+		}
+	}
+	for _, p := range man.Params {
+		if p.Name == "quantize.embedding.weight" {
+			t.Error("the EMA codebook is trained by gradients too")
+		}
+	}
+	tr := steptest.Open(t, dir)
+	cb0 := slices.Clone(tr.State("quantize.embedding.weight"))
+	r := rand.New(rand.NewPCG(7, 8))
+	batch := func() map[string]*ort.Value {
+		x, _ := ort.NewTensor([]int64{4, 1, 8, 8, 8}, phantoms(r, 4, c.PatchSize))
+		t.Cleanup(x.Close)
+		return map[string]*ort.Value{vqgan.Input: x}
+	}
+	first := tr.Step(batch(), 3e-3)
+	total := 0.0
+	for _, v := range tr.State(vqgan.ClusterSize) {
+		total += float64(v)
+	}
+	if M := 4.0 * 4 * 4 * 4; math.Abs(total-0.1*M) > 1e-4*M {
+		t.Errorf("moving count sums to %g after one step, want (1−0.9)·%g", total, M)
+	}
+	if slices.Equal(cb0, tr.State("quantize.embedding.weight")) {
+		t.Error("the codebook did not move")
+	}
+	last := first
+	for range 30 {
+		last = tr.Step(batch(), 3e-3)
+	}
+	if !(last < first) {
+		t.Errorf("loss %.3f -> %.3f over 30 steps, want lower", first, last)
 	}
 }

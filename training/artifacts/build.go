@@ -121,12 +121,19 @@ func Build(opts Options) (*Manifest, error) {
 	}
 
 	// Floating initializers of rank >= 1 are model state: BatchNorm running
-	// statistics are buffers, the rest parameters, trainable or frozen.
-	// All become graph inputs so one weights file feeds every graph.
+	// statistics and what the model updates with ortrain.UpdateBuffer are
+	// buffers, the rest parameters, trainable or frozen. All become graph
+	// inputs so one weights file feeds every graph.
 	buffers := map[string]bool{}
 	for _, n := range g.Nodes {
-		if n.Op == "BatchNormalization" {
+		switch {
+		case n.Op == "BatchNormalization":
 			buffers[n.Input(3)], buffers[n.Input(4)] = true, true
+		case graph.IsUpdateBuffer(n):
+			if _, ok := g.Initializers[n.Input(0)]; !ok || n.Outputs[0] != optim.Out(n.Input(0)) || !slices.Contains(g.Outputs, n.Outputs[0]) {
+				return nil, &Error{fmt.Sprintf("buffer update %s: its first input must be an initializer, its output that name + \".out\" among the model's outputs", n.Name)}
+			}
+			buffers[n.Input(0)] = true
 		}
 	}
 	m := &Manifest{Format: "ortrain.artifacts", FormatVersion: FormatVersion, OrtrainVersion: Version, Opset: g.Opset,
@@ -418,12 +425,17 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	for _, u := range ups {
 		first = append(first, u.Out)
 	}
+	for _, n := range fwd.Nodes {
+		if graph.IsUpdateBuffer(n) {
+			first = append(first, n.Outputs[0])
+		}
+	}
 	g.RunFirst(append(append(first, loss.Name), fwd.Outputs...))
 	return g, nil
 }
 
 // evalGraph: forward with BatchNorm reading its running statistics, and the
-// loss; no gradients.
+// loss; no gradients, no buffer updates.
 func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "eval"
@@ -442,6 +454,7 @@ func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 			g.Outputs = append(g.Outputs, o)
 		}
 	}
+	g.DropBufferUpdates()
 	g.Prune()
 	g.StripStopGradients()
 	return g, g.Sort()

@@ -26,6 +26,45 @@ const (
 // StripStopGradients lowers it to BatchNormalization.
 const BatchNormTrainingOp = "BatchNormTraining"
 
+// UpdateBufferOp, in the ortrain domain, gives a buffer (model state that
+// is not trained by gradients, like BatchNorm's running statistics) its
+// value for the next training step: UpdateBuffer(buffer, value) outputs
+// buffer+".out". Training graphs lower it to an Identity of value and
+// return the output; eval graphs and exports drop it (DropBufferUpdates).
+const UpdateBufferOp = "UpdateBuffer"
+
+// IsUpdateBuffer reports whether n is a buffer update.
+func IsUpdateBuffer(n *Node) bool {
+	return n.Op == UpdateBufferOp && n.Domain == StopGradientDomain
+}
+
+// UpdateBuffer records value as buffer's next value, returning the update's
+// output (buffer+".out"), which the model must list among its outputs.
+func (b *Builder) UpdateBuffer(buffer, value string) string {
+	if b.Err != nil {
+		return ""
+	}
+	b.G.Domains[StopGradientDomain] = 1
+	out := buffer + ".out"
+	b.G.Reserve(out)
+	b.G.AddNode(&Node{Op: UpdateBufferOp, Domain: StopGradientDomain, Name: b.G.Fresh(b.Prefix + UpdateBufferOp), Inputs: []string{buffer, value}, Outputs: []string{out}})
+	return out
+}
+
+// DropBufferUpdates removes the buffer updates and their outputs: a graph
+// that only evaluates leaves its buffers as they are.
+func (g *Graph) DropBufferUpdates() {
+	drop := map[string]bool{}
+	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *Node) bool {
+		if IsUpdateBuffer(n) {
+			drop[n.Outputs[0]] = true
+			return true
+		}
+		return false
+	})
+	g.Outputs = slices.DeleteFunc(g.Outputs, func(o string) bool { return drop[o] })
+}
+
 // IsStopGradient reports whether n is the stop-gradient marker.
 func IsStopGradient(n *Node) bool {
 	return n.Op == StopGradientOp && n.Domain == StopGradientDomain
@@ -43,8 +82,9 @@ func (b *Builder) StopGradient(x string) string {
 }
 
 // StripStopGradients turns every stop-gradient marker into an Identity
-// (which ONNX Runtime folds away) and every BatchNormTraining into the
-// BatchNormalization it computes, and drops the ortrain domain import, so
+// (which ONNX Runtime folds away), every BatchNormTraining into the
+// BatchNormalization it computes, every buffer update into an Identity of
+// the new value, and drops the ortrain domain import, so
 // that the graph runs on stock ONNX Runtime. Call it after autodiff.
 func (g *Graph) StripStopGradients() {
 	for _, n := range g.Nodes {
@@ -53,6 +93,8 @@ func (g *Graph) StripStopGradients() {
 			n.Op, n.Domain = "Identity", ""
 		case n.Op == BatchNormTrainingOp && n.Domain == StopGradientDomain:
 			n.Op, n.Domain = "BatchNormalization", ""
+		case IsUpdateBuffer(n):
+			n.Op, n.Domain, n.Inputs = "Identity", "", n.Inputs[1:]
 		}
 	}
 	delete(g.Domains, StopGradientDomain)
