@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/plan"
 )
 
@@ -27,8 +28,10 @@ configuration (even without data), 2 for a bad one or one train would refuse
 Examples:
    ortrain plan --preset vqgan3d-h200
    ortrain plan --preset resnet50-a10g-balanced --set data.train=/data/imagenet/train --set data.val=/data/imagenet/val
-   ortrain plan --config run.toml --set data.batch_size=8 --json`,
-		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"}),
+   ortrain plan --config run.toml --set data.batch_size=8 --json
+   ortrain plan --preset bd3lm-gsm8k-h200 --memory --set model.recompute=blocks`,
+		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"},
+			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak"}),
 		Action: func(c *cli.Context) error {
 			cfg, err := readConfig(c)
 			if err != nil {
@@ -40,6 +43,14 @@ Examples:
 			p, err := plan.Make(cfg)
 			if err != nil {
 				return err
+			}
+			if c.Bool("memory") {
+				if err := loadORT(c, cfg.ORTLib); err != nil {
+					return err
+				}
+				if err := p.MeasureActivations(cfg, ort.Options{}); err != nil {
+					return err
+				}
 			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
 )
 
 // TestPlanEveryPreset: `ortrain plan --preset NAME` exits 0 on every
@@ -124,5 +126,45 @@ func TestPlanRefusesWhatTrainWould(t *testing.T) {
 	code := run([]string{"ortrain", "plan", "--preset", "quickstart", "--set", "data.batch_size=1000000000", "--set", "data.memory_limit=0"}, &stdout, &stderr)
 	if code != 2 || !strings.Contains(stdout.String(), "REFUSED") || !strings.Contains(stderr.String(), "machine's memory") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 2 with the refusal", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestPlanMemory: plan --memory builds the quickstart's training graph in a
+// temporary directory and replays a step: the activations at the peak
+// grow with the batch, blocks recompute holds no more than the default,
+// and nothing is left on disk.
+func TestPlanMemory(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	measure := func(sets ...string) int64 {
+		t.Helper()
+		args := []string{"ortrain", "plan", "--preset", "quickstart", "--memory", "--json"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("plan --memory %v: exit %d: %s", sets, code, stderr.String())
+		}
+		var p struct {
+			Activations *struct {
+				PeakBytes  int64 `json:"peak_bytes"`
+				StateBytes int64 `json:"state_bytes"`
+			} `json:"activations"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &p); err != nil || p.Activations == nil || p.Activations.StateBytes <= 0 {
+			t.Fatalf("plan --memory --json: %v, %s", err, stdout.String())
+		}
+		return p.Activations.PeakBytes
+	}
+	two, four := measure("data.batch_size=2"), measure("data.batch_size=4")
+	blocks := measure("data.batch_size=4", `model.recompute="blocks"`)
+	if !(two > 0 && four > two) || blocks > four {
+		t.Errorf("activations %d at batch 2, %d at 4, %d at 4 with blocks; want growing with the batch, blocks ≤ default", two, four, blocks)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("plan left %d entries in the temporary directory", len(left))
 	}
 }

@@ -52,7 +52,9 @@ type Plan struct {
 	LR         LR       `json:"lr"`
 	Steps      Steps    `json:"steps"`
 	Loader     Loader   `json:"loader"`
-	Notes      []string `json:"notes,omitempty"`
+	// Activations is filled by MeasureActivations (plan --memory).
+	Activations *Activations `json:"activations,omitempty"`
+	Notes       []string     `json:"notes,omitempty"`
 	// Warnings are what would make `ortrain train` fail or misbehave with
 	// this configuration and data (a loader plan over data.memory_limit...).
 	Warnings []string `json:"warnings,omitempty"`

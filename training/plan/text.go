@@ -27,6 +27,14 @@ func (p *Plan) WriteText(w io.Writer) error {
 	row("model", "%s, %s parameters", m.Source, thousands(m.Params))
 	row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice); activations not included: `ortrain artifacts inspect --memory --batch N` replays a step",
 		data.FormatBytes(m.StateBytes), m.StateCopies, m.Optimizer)
+	if a := p.Activations; a != nil {
+		row("step memory", "%s at batch %d (recompute %s): activations %s at the peak (%s per sample) + batch %s + training state %s; graph level, kernel workspaces and allocator overhead on top",
+			data.FormatBytes(a.TotalBytes), a.Batch, a.Recompute, data.FormatBytes(a.PeakBytes), data.FormatBytes(a.PerSample),
+			data.FormatBytes(a.InputBytes), data.FormatBytes(a.StateBytes))
+		if a.Emulated {
+			row("", "the low-precision products were emulated here (float32 with rounding copies), which holds more than a GPU with their kernels: --set trainer.precision=32 gives the closer upper bound")
+		}
+	}
 
 	d := p.Data
 	row("data", "%s", d.Kind)
