@@ -448,7 +448,7 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 				return err
 			}
 		}
-		if t, _, err := data.Feeds(cfg.Data.Feeds).Source("target", b); err == nil && t.DType == data.Int64 && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
+		if t, ok := data.Feeds(cfg.Data.Feeds).ClassIndices(b); ok && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
 			classes = int(outs[1].Shape()[1])
 			if err := topk.Add(ort.Data[float32](outs[1]), int(outs[1].Shape()[1]), t.I64); err != nil {
 				return err

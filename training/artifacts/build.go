@@ -32,6 +32,9 @@ type Options struct {
 	// named loss.
 	Loss           string
 	LabelSmoothing float64 // --label-smoothing
+	// SoftTargets: cross-entropy's target is class probabilities shaped as
+	// the logits (MixUp/CutMix), not class indices.
+	SoftTargets bool
 	// Trainable and Frozen are path.Match globs over initializer names:
 	// with Trainable given only matches train; Frozen always wins.
 	Trainable, Frozen []string
@@ -248,6 +251,7 @@ func lossSpec(g *graph.Graph, opts Options) (loss.Spec, error) {
 	}
 	spec, err := loss.Parse(opts.Loss)
 	spec.LabelSmoothing = opts.LabelSmoothing
+	spec.SoftTargets = opts.SoftTargets
 	return spec, err
 }
 

@@ -188,7 +188,16 @@ type Images struct {
 	// before the centre crop of Size; 0 means Size·256/224, torchvision's
 	// ratio (256 for 224).
 	ValResize int `toml:"val_resize,omitempty"`
+	// MixupAlpha and CutmixAlpha turn on MixUp and CutMix (torchvision's
+	// reference: --mixup-alpha 0.2, --cutmix-alpha 1.0; one of the two per
+	// batch when both are set), training a classifier on the mixed class
+	// probabilities. 0 (default) is off.
+	MixupAlpha  float64 `toml:"mixup_alpha,omitempty"`
+	CutmixAlpha float64 `toml:"cutmix_alpha,omitempty"`
 }
+
+// Mixes reports whether training batches are mixed (MixUp or CutMix).
+func (im Images) Mixes() bool { return im.MixupAlpha > 0 || im.CutmixAlpha > 0 }
 
 // Trainer holds the loop settings, named as in Lightning's Trainer ([trainer]).
 type Trainer struct {

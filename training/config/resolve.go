@@ -256,6 +256,18 @@ func (c *Config) Resolve() error {
 	if o.Nesterov && o.Momentum == 0 {
 		bad("optimizer.nesterov", "needs optimizer.momentum > 0")
 	}
+	if im := c.Data.Images; im.MixupAlpha < 0 || im.CutmixAlpha < 0 {
+		bad("data.images.mixup_alpha", "mixup_alpha %g and cutmix_alpha %g must be ≥ 0 (0 is off)", im.MixupAlpha, im.CutmixAlpha)
+	} else if im.Mixes() {
+		switch {
+		case c.Data.Kind != KindImages:
+			bad("data.images.mixup_alpha", "MixUp and CutMix mix images: data.kind is %q", c.Data.Kind)
+		case c.Model.Artifacts != "":
+			bad("data.images.mixup_alpha", "needs a loss over class probabilities, which ortrain builds into the artifacts: use model.recipe or model.onnx, not prebuilt artifacts")
+		case c.Model.ONNX != "" && c.Model.Loss != loss.CrossEntropy:
+			bad("data.images.mixup_alpha", "mixes the targets of a classifier: model.onnx needs loss = %q", loss.CrossEntropy)
+		}
+	}
 	if !(o.EMADecay >= 0 && o.EMADecay < 1) {
 		bad("optimizer.ema_decay", "must be 0 (no average) or a decay in (0, 1), not %g", o.EMADecay)
 	}

@@ -62,6 +62,10 @@ type Config struct {
 	// Epochs is the number of epochs after which Next returns io.EOF;
 	// 0 runs forever.
 	Epochs int
+	// Mix, when set, transforms each filled batch as a whole (MixUp and
+	// CutMix mix samples with each other), drawing from rng, which is
+	// seeded from the batch's position alone so a resumed run mixes alike.
+	Mix func(b *Batch, rng *rand.Rand) error
 }
 
 // Cursor is where a Loader stands: Position batches of Epoch have been
@@ -417,8 +421,16 @@ func (l *Loader) fill(b *Batch, src *rand.PCG, rng *rand.Rand, sample Sample) er
 	for i, t := range b.Tensors {
 		t.truncate(k, b.samples[i])
 	}
+	if l.cfg.Mix != nil && k > 0 {
+		src.Seed(SampleSeed(l.cfg.Seed^batchStream, b.at.Epoch, b.at.Position))
+		return l.cfg.Mix(b, rng)
+	}
 	return nil
 }
+
+// batchStream sets the batch transforms' random stream apart from the
+// samples'.
+const batchStream = 0x6d69786d6978
 
 // epochOrder is this rank's sample order for an epoch.
 func (l *Loader) epochOrder(epoch int) []int {

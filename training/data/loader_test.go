@@ -329,3 +329,37 @@ func idsOf(ps []fingerprint) []int64 {
 	}
 	return ids
 }
+
+// TestMixIsReproducible: a batch transform draws from a stream seeded by
+// the batch's position: the same whatever the workers, and again after a
+// resume, while differing from batch to batch.
+func TestMixIsReproducible(t *testing.T) {
+	ds := &counting{n: 37, delay: jitter}
+	shift := func(b *Batch, rng *rand.Rand) error {
+		d := rng.Float32()
+		for i := range b.Tensor("x").F32 {
+			b.Tensor("x").F32[i] += d
+		}
+		return nil
+	}
+	cfg := Config{BatchSize: 5, Workers: 1, Prefetch: 1, MaxBytes: 1 << 20, Seed: 42, Shuffle: true, Mix: shift}
+	l, _ := New(ds, cfg)
+	want := take(t, l, 12)
+	l.Close()
+	plain := cfg
+	plain.Mix = nil
+	p, _ := New(ds, plain)
+	if equalPrints(take(t, p, 12), want) {
+		t.Error("Mix changed nothing")
+	}
+	p.Close()
+	cfg.Workers = 3
+	fresh, _ := New(ds, cfg)
+	defer fresh.Close()
+	if err := fresh.Resume(want[4].Cursor); err != nil {
+		t.Fatal(err)
+	}
+	if !equalPrints(take(t, fresh, 7), want[5:]) {
+		t.Error("mixed batches differ after a resume with other workers")
+	}
+}

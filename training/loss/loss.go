@@ -55,6 +55,10 @@ type Spec struct {
 	// LabelSmoothing mixes the one-hot targets of cross-entropy with the
 	// uniform distribution: (1-s)·onehot + s/C, as PyTorch does.
 	LabelSmoothing float64
+	// SoftTargets makes cross-entropy's target class probabilities shaped
+	// as the logits (float), as MixUp and CutMix produce, instead of class
+	// indices; label smoothing applies to them as PyTorch's does.
+	SoftTargets bool `json:"soft_targets,omitempty"`
 }
 
 // Error is a loss specification ortrain cannot apply.
@@ -112,6 +116,9 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 	var l string
 	switch spec.Kind {
 	case MSE, L1, BCEWithLogits:
+		if spec.SoftTargets {
+			return nil, &Error{"soft targets are for cross_entropy"}
+		}
 		g.AddInput(Target, pi)
 		g.Dims[Target] = g.Dims[pred]
 		d := b.Sub(pred, Target)
@@ -130,20 +137,27 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 			return nil, &Error{fmt.Sprintf("cross_entropy needs logits [batch, classes, ...] with a static class count, %q is %v", pred, pi)}
 		}
 		c := pi.Shape[1]
-		lshape := append([]int64{pi.Shape[0]}, pi.Shape[2:]...)
-		g.AddInput(Target, graph.Info{DType: dtype.Int64, Known: true, Shape: lshape})
-		if d := g.Dims[pred]; len(d) > 0 {
-			g.Dims[Target] = append([]string{d[0]}, d[min(2, len(d)):]...)
+		var onehot string
+		if spec.SoftTargets {
+			g.AddInput(Target, graph.Info{DType: dt, Known: true, Shape: slices.Clone(pi.Shape)})
+			g.Dims[Target] = g.Dims[pred]
+			onehot = Target
+		} else {
+			lshape := append([]int64{pi.Shape[0]}, pi.Shape[2:]...)
+			g.AddInput(Target, graph.Info{DType: dtype.Int64, Known: true, Shape: lshape})
+			if d := g.Dims[pred]; len(d) > 0 {
+				g.Dims[Target] = append([]string{d[0]}, d[min(2, len(d)):]...)
+			}
+			classes := make([]int64, c)
+			for i := range classes {
+				classes[i] = int64(i)
+			}
+			cshape := []int64{1, c}
+			for range pi.Shape[2:] {
+				cshape = append(cshape, 1)
+			}
+			onehot = b.Cast(b.Equal(b.Unsqueeze(Target, 1), b.Const(graph.Int64s("", cshape, classes))), dt)
 		}
-		classes := make([]int64, c)
-		for i := range classes {
-			classes[i] = int64(i)
-		}
-		cshape := []int64{1, c}
-		for range pi.Shape[2:] {
-			cshape = append(cshape, 1)
-		}
-		onehot := b.Cast(b.Equal(b.Unsqueeze(Target, 1), b.Const(graph.Int64s("", cshape, classes))), dt)
 		s := spec.LabelSmoothing
 		if s < 0 || s >= 1 {
 			return nil, &Error{fmt.Sprintf("label smoothing %g must be in [0, 1)", s)}

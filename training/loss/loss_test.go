@@ -57,6 +57,10 @@ func TestLossValues(t *testing.T) {
 		{loss.Spec{Kind: loss.BCEWithLogits}, bce},
 		{loss.Spec{Kind: loss.CrossEntropy}, ce(0)},
 		{loss.Spec{Kind: loss.CrossEntropy, LabelSmoothing: 0.1}, ce(0.1)},
+		// Class probabilities (MixUp/CutMix): one-hot rows give the index
+		// loss; a mixed row weighs both classes' log-probabilities.
+		{loss.Spec{Kind: loss.CrossEntropy, SoftTargets: true}, ce(0)},
+		{loss.Spec{Kind: loss.CrossEntropy, SoftTargets: true, LabelSmoothing: 0.1}, ce(0.1)},
 	}
 	orttest.Init(t)
 	for _, c := range cases {
@@ -74,9 +78,16 @@ func TestLossValues(t *testing.T) {
 		}
 		x, _ := ort.NewTensor([]int64{2, 3}, pred)
 		var target *ort.Value
-		if c.spec.Kind == loss.CrossEntropy {
+		switch {
+		case c.spec.SoftTargets:
+			onehot := make([]float32, 6)
+			for n, l := range labels {
+				onehot[3*n+int(l)] = 1
+			}
+			target, _ = ort.NewTensor([]int64{2, 3}, onehot)
+		case c.spec.Kind == loss.CrossEntropy:
 			target, _ = ort.NewTensor([]int64{2}, labels)
-		} else {
+		default:
 			target, _ = ort.NewTensor([]int64{2, 3}, tgt)
 		}
 		out, err := s.Run(map[string]*ort.Value{"x": x, loss.Target: target})

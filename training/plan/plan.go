@@ -44,14 +44,14 @@ type Plan struct {
 	Device    string `json:"device"`
 	Precision string `json:"precision"`
 	// Arithmetic says what runs in which type under Precision.
-	Arithmetic string   `json:"arithmetic"`
-	CUDA       *CUDA    `json:"cuda,omitempty"`
-	Model      Model    `json:"model"`
-	Data       Data     `json:"data"`
-	Batch      Batch    `json:"batch"`
-	LR         LR       `json:"lr"`
-	Steps      Steps    `json:"steps"`
-	Loader     Loader   `json:"loader"`
+	Arithmetic string `json:"arithmetic"`
+	CUDA       *CUDA  `json:"cuda,omitempty"`
+	Model      Model  `json:"model"`
+	Data       Data   `json:"data"`
+	Batch      Batch  `json:"batch"`
+	LR         LR     `json:"lr"`
+	Steps      Steps  `json:"steps"`
+	Loader     Loader `json:"loader"`
 	// Activations is filled by MeasureActivations (plan --memory).
 	Activations *Activations `json:"activations,omitempty"`
 	Notes       []string     `json:"notes,omitempty"`
@@ -261,6 +261,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 		pm.StateCopies += 2 // the average, double-buffered as the weights
 	}
 	m := &artifacts.Manifest{}
+	mixes := c.Data.Kind == config.KindImages && c.Data.Images.Mixes()
 	switch {
 	case mc.Artifacts != "":
 		pm.Source = "artifacts " + mc.Artifacts
@@ -280,6 +281,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 		if err != nil {
 			return nil, &config.Error{Key: "model.loss", Msg: err.Error()}
 		}
+		spec.SoftTargets = mixes
 		if m.Data, err = inputs(g, spec); err != nil {
 			return nil, &config.Error{Key: "model.loss", Msg: err.Error()}
 		}
@@ -291,7 +293,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 		}
 		pm.Params = n
 		switch {
-		case c.Data.Kind == config.KindSynthetic:
+		case c.Data.Kind == config.KindSynthetic || mixes:
 			// Synthetic data is shaped after the graph's inputs, which only
 			// building the recipe tells; synthetic runs are small.
 			rm, err := models.Build(mc.Recipe, mc.Params)
@@ -302,7 +304,8 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 			if err != nil {
 				return nil, err
 			}
-			spec.LabelSmoothing = rm.LabelSmoothing
+			// Mixing images needs the class count the loss's target has.
+			spec.LabelSmoothing, spec.SoftTargets = rm.LabelSmoothing, mixes
 			if m.Data, err = inputs(rm.Graph, spec); err != nil {
 				return nil, err
 			}

@@ -66,7 +66,17 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			if err != nil {
 				return nil, err
 			}
-			return images.New(items, images.Config{Train: isTrain, Size: d.Images.Size, Resize: d.Images.ValResize, Layout: layout})
+			cfg := images.Config{Train: isTrain, Size: d.Images.Size, Resize: d.Images.ValResize, Layout: layout}
+			if d.Images.Mixes() {
+				// Train and validation give class probabilities for the
+				// soft-target loss (one-hot where nothing mixes them).
+				n, err := softClasses(m)
+				if err != nil {
+					return nil, err
+				}
+				cfg.Classes = n
+			}
+			return images.New(items, cfg)
 		}
 		if train, err = open(d.Train, true); err == nil && d.Val != "" {
 			val, err = open(d.Val, false)
@@ -119,6 +129,16 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		return train, val, err
 	}
 	return nil, nil, &config.Error{Key: "data.kind", Msg: fmt.Sprintf("%q has no dataset", d.Kind)}
+}
+
+// softClasses is the class count of a soft-target loss's target input.
+func softClasses(m *artifacts.Manifest) (int, error) {
+	for _, d := range m.Data {
+		if d.Name == loss.Target && len(d.Shape) == 2 && d.Shape[1] > 0 {
+			return int(d.Shape[1]), nil
+		}
+	}
+	return 0, &config.Error{Key: "data.images.mixup_alpha", Msg: "the artifacts' loss takes no class probabilities [batch, classes]; they were built without MixUp/CutMix"}
 }
 
 // VolumeCacheBytes is the bound of the decoded-volume cache of a volumes
@@ -317,7 +337,8 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	if o.DecayBiasAndNorm {
 		oc.NoDecay = []string{} // every parameter decays; nil exempts rank ≤ 1
 	}
-	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute, InputShapes: mc.InputShapes}
+	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute, InputShapes: mc.InputShapes,
+		SoftTargets: c.Data.Kind == config.KindImages && c.Data.Images.Mixes()}
 	if mixed {
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)
 	}
@@ -367,6 +388,13 @@ func LoaderConfig(c *config.Config, train bool) data.Config {
 		MaxBytes: limit, Seed: uint64(c.Seed), Shuffle: d.Shuffle, DropLast: d.DropLast, SkipBadFiles: d.SkipBadFiles}
 	if !train {
 		cfg.Shuffle, cfg.DropLast = false, false
+	}
+	if im := d.Images; train && d.Kind == config.KindImages && im.Mixes() {
+		mixer := images.Mixer{MixUpAlpha: im.MixupAlpha, CutMixAlpha: im.CutmixAlpha}
+		if im.Layout == "NHWC" {
+			mixer.Layout = images.NHWC
+		}
+		cfg.Mix = mixer.Mix
 	}
 	return cfg
 }

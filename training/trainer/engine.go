@@ -417,7 +417,16 @@ func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gr
 
 // evaluate runs the eval graph on the staged batch and returns its loss.
 func (e *engine) evaluate() (float64, error) {
-	if err := e.evalB[e.p][e.u].Run(); err != nil {
+	b := e.evalB[e.p][e.u]
+	// ONNX Runtime keeps the outputs it allocated for a binding and
+	// writes the next run into them: a short last batch would not fit.
+	// Binding the fetched outputs afresh lets each run size its own.
+	for _, name := range e.fetch {
+		if err := b.BindOutputOnHost(name); err != nil {
+			return 0, fmt.Errorf("eval graph: %w", err)
+		}
+	}
+	if err := b.Run(); err != nil {
 		return 0, fmt.Errorf("eval graph: %w", err)
 	}
 	return float64(e.evalLoss[0]), nil

@@ -374,7 +374,7 @@ func (v *valMetrics) add(t *Trainer, b *data.Batch) error {
 	}()
 	feeds := data.Feeds(t.cfg.Data.Feeds)
 	if logits := outs[classifierOutput(t.eng.m)]; logits != nil && len(logits.Shape()) == 2 && logits.DType() == ort.Float32 {
-		if labels, _, err := feeds.Source("target", b); err == nil && labels.DType == data.Int64 {
+		if labels, ok := feeds.ClassIndices(b); ok {
 			v.classes = int(logits.Shape()[1])
 			if err := v.topk.Add(ort.Data[float32](logits), v.classes, labels.I64); err != nil {
 				return err

@@ -120,6 +120,9 @@ type Config struct {
 	Mean    [3]float32 // ImageNet's, on [0, 1] pixels
 	Std     [3]float32
 	Decoder Decoder
+	// Classes > 0 adds "soft_label", float32 [Classes]: the label one-hot,
+	// which MixUp and CutMix (Mixer) then mix across the batch.
+	Classes int
 }
 
 // Dataset is a data.Dataset of "image" float32 [3, Size, Size] (or
@@ -170,7 +173,11 @@ func (d *Dataset) Spec() []data.TensorSpec {
 	if d.cfg.Layout == NHWC {
 		shape = []int{s, s, 3}
 	}
-	return []data.TensorSpec{{Name: "image", DType: data.Float32, Shape: shape}, {Name: "label", DType: data.Int64}}
+	spec := []data.TensorSpec{{Name: "image", DType: data.Float32, Shape: shape}, {Name: "label", DType: data.Int64}}
+	if d.cfg.Classes > 0 {
+		spec = append(spec, data.TensorSpec{Name: SoftLabel, DType: data.Float32, Shape: []int{d.cfg.Classes}})
+	}
+	return spec
 }
 
 // Load decodes, crops, flips and normalises image i.
@@ -195,6 +202,14 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 	flip := d.cfg.Train && rng.IntN(2) == 1
 	d.resample(reg, flip, sc, dst[0].F32)
 	dst[1].I64[0] = int64(it.Label)
+	if d.cfg.Classes > 0 {
+		if it.Label >= d.cfg.Classes {
+			return fmt.Errorf("%s: label %d, but the model has %d classes", filepath.Base(it.Path), it.Label, d.cfg.Classes)
+		}
+		soft := dst[2].F32
+		clear(soft)
+		soft[it.Label] = 1
+	}
 	return nil
 }
 
