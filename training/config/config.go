@@ -194,6 +194,9 @@ type Images struct {
 	// probabilities. 0 (default) is off.
 	MixupAlpha  float64 `toml:"mixup_alpha,omitempty"`
 	CutmixAlpha float64 `toml:"cutmix_alpha,omitempty"`
+	// RandomErase is the probability of RandomErasing on a training image
+	// (torchvision reference: --random-erase 0.1). 0 (default) is off.
+	RandomErase float64 `toml:"random_erase,omitempty"`
 }
 
 // Mixes reports whether training batches are mixed (MixUp or CutMix).

@@ -98,6 +98,8 @@ func TestResolveErrors(t *testing.T) {
 		{"label smoothing without an onnx cross-entropy", []string{"model.label_smoothing=0.1"}, []string{"model.label_smoothing", "cross_entropy"}},
 		{"several devices", []string{"trainer.devices=4"}, []string{"trainer.devices", "data-parallel"}},
 		{"noise clip above its top", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.sampling_eps_min=0.5", "data.tokens.sampling_eps_max=0.4"}, []string{"data.tokens.sampling_eps_min", "[0.5, 0.4)"}},
+		{"random erasing of volumes", []string{"data.kind=volumes", "data.train=/x", "data.volumes.patch_size=[8,8,8]", "data.images.random_erase=0.1"}, []string{"data.images.random_erase", "volumes"}},
+		{"mixup of tokens", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.images.mixup_alpha=0.2"}, []string{"data.images.mixup_alpha", "tokens"}},
 		{"unknown recompute", []string{`model.recompute="layers"`}, []string{"model.recompute", "layers", "blocks"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 	} {

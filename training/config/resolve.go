@@ -256,6 +256,11 @@ func (c *Config) Resolve() error {
 	if o.Nesterov && o.Momentum == 0 {
 		bad("optimizer.nesterov", "needs optimizer.momentum > 0")
 	}
+	if p := c.Data.Images.RandomErase; !(p >= 0 && p <= 1) {
+		bad("data.images.random_erase", "is a probability, not %g", p)
+	} else if p > 0 && c.Data.Kind != KindImages {
+		bad("data.images.random_erase", "erases boxes of images: data.kind is %q", c.Data.Kind)
+	}
 	if im := c.Data.Images; im.MixupAlpha < 0 || im.CutmixAlpha < 0 {
 		bad("data.images.mixup_alpha", "mixup_alpha %g and cutmix_alpha %g must be ≥ 0 (0 is off)", im.MixupAlpha, im.CutmixAlpha)
 	} else if im.Mixes() {

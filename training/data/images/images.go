@@ -120,6 +120,10 @@ type Config struct {
 	Mean    [3]float32 // ImageNet's, on [0, 1] pixels
 	Std     [3]float32
 	Decoder Decoder
+	// RandomErase is the probability of torchvision's RandomErasing on a
+	// training image (scale 0.02–0.33, ratio 0.3–3.3, erased to 0 after
+	// normalisation); 0 never.
+	RandomErase float64
 	// Classes > 0 adds "soft_label", float32 [Classes]: the label one-hot,
 	// which MixUp and CutMix (Mixer) then mix across the batch.
 	Classes int
@@ -201,6 +205,9 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 	}
 	flip := d.cfg.Train && rng.IntN(2) == 1
 	d.resample(reg, flip, sc, dst[0].F32)
+	if d.cfg.Train && d.cfg.RandomErase > 0 && rng.Float64() < d.cfg.RandomErase {
+		d.erase(dst[0].F32, rng)
+	}
 	dst[1].I64[0] = int64(it.Label)
 	if d.cfg.Classes > 0 {
 		if it.Label >= d.cfg.Classes {
@@ -214,6 +221,35 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 }
 
 // readAll reads f into buf, reusing its capacity.
+// erase zeroes a random box of img as torchvision's RandomErasing: up to
+// ten tries at an area of 2–33 % of the image and an aspect ratio of
+// 0.3–3.3 (log-uniform) until the box fits; none fitting erases nothing.
+func (d *Dataset) erase(img []float32, rng *rand.Rand) {
+	s := d.cfg.Size
+	area := float64(s * s)
+	for range 10 {
+		a := area * (0.02 + 0.31*rng.Float64())
+		r := math.Exp(math.Log(0.3) + (math.Log(3.3)-math.Log(0.3))*rng.Float64())
+		h, w := int(math.Round(math.Sqrt(a*r))), int(math.Round(math.Sqrt(a/r)))
+		if h >= s || w >= s {
+			continue
+		}
+		y0, x0 := rng.IntN(s-h+1), rng.IntN(s-w+1)
+		for y := y0; y < y0+h; y++ {
+			for x := x0; x < x0+w; x++ {
+				for c := range 3 {
+					k := (c*s+y)*s + x
+					if d.cfg.Layout == NHWC {
+						k = (y*s+x)*3 + c
+					}
+					img[k] = 0
+				}
+			}
+		}
+		return
+	}
+}
+
 func readAll(f *os.File, buf []byte) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {

@@ -301,3 +301,51 @@ func TestValidationResizeFollowsTheCrop(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomErasing: with probability 1 every training image gets a box of
+// zeros (all channels) of 2–33 % of its area, as RandomErasing draws it;
+// with 0, or for validation, none.
+func TestRandomErasing(t *testing.T) {
+	root := t.TempDir()
+	if _, err := synthetic.WriteImageFolder(root, 2, 4, 64, 48, 1); err != nil {
+		t.Fatal(err)
+	}
+	items, _, err := Folders(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeroShare := func(img []float32, s int) float64 {
+		n := 0
+		for p := range s * s {
+			if img[p] == 0 && img[s*s+p] == 0 && img[2*s*s+p] == 0 {
+				n++
+			}
+		}
+		return float64(n) / float64(s*s)
+	}
+	for _, tc := range []struct {
+		train bool
+		p     float64
+	}{{true, 1}, {true, 0}, {false, 1}} {
+		ds, err := New(items, Config{Train: tc.train, Size: 32, RandomErase: tc.p, Decoder: GoJPEG})
+		if err != nil {
+			t.Fatal(err)
+		}
+		erased := 0
+		for i := range items {
+			img, _, err := load(t, ds, i, uint64(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if z := zeroShare(img, 32); z >= 0.015 {
+				if z > 0.34 {
+					t.Errorf("image %d: %.0f %% erased, over RandomErasing's 33 %%", i, 100*z)
+				}
+				erased++
+			}
+		}
+		if want := tc.train && tc.p == 1; (erased >= len(items)-1) != want || (!want && erased > 0) {
+			t.Errorf("train %v, p %g: %d of %d images erased", tc.train, tc.p, erased, len(items))
+		}
+	}
+}
