@@ -33,9 +33,12 @@ type StepResult struct {
 	LR       float64
 	GradNorm float64 // before clipping; NaN when not computed
 	Samples  int64   // samples in the step, over all accumulated batches
-	Tokens   int64   // tokens in the step (token models); 0 otherwise
-	Duration time.Duration
-	DataWait time.Duration // part of Duration spent waiting for batches
+	Tokens   int64   // tokens in the step (token models), padding excluded; 0 otherwise
+	// Positions is the token positions the step computed, padding
+	// included (samples × sequence length).
+	Positions int64
+	Duration  time.Duration
+	DataWait  time.Duration // part of Duration spent waiting for batches
 	// Skipped is true when the loss or gradients were not finite and the
 	// optimizer step was skipped (trainer.skip_nonfinite).
 	Skipped bool

@@ -205,7 +205,8 @@ type MetricSource interface {
 // LogMetrics writes training rows every N steps and validation results to a
 // logger. A training row holds train/loss (mean over the steps since the
 // last row, skipped steps excluded), lr, grad_norm, epoch,
-// throughput/samples_per_s (and tokens_per_s), time/data_wait_frac,
+// throughput/samples_per_s (and tokens_per_s without padding,
+// padded_tokens_per_s with it), time/data_wait_frac,
 // train/skipped_steps (cumulative), the step's own Metrics and those of the
 // sources.
 type LogMetrics struct {
@@ -216,6 +217,7 @@ type LogMetrics struct {
 	lossSum         float64
 	lossN           int64
 	samples, tokens int64
+	positions       int64
 	elapsed, wait   time.Duration
 	skipped         int64
 }
@@ -238,6 +240,7 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 	}
 	m.samples += r.Samples
 	m.tokens += r.Tokens
+	m.positions += r.Positions
 	m.elapsed += r.Duration
 	m.wait += r.DataWait
 	if s.Step%m.every != 0 {
@@ -259,6 +262,10 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 		if m.tokens > 0 {
 			row["throughput/tokens_per_s"] = float64(m.tokens) / sec
 		}
+		if m.positions > 0 {
+			// The padded figure alongside: what the model computed.
+			row["throughput/padded_tokens_per_s"] = float64(m.positions) / sec
+		}
 		row["time/data_wait_frac"] = m.wait.Seconds() / sec
 	}
 	for k, v := range r.Metrics {
@@ -269,7 +276,7 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 			row[k] = v
 		}
 	}
-	m.lossSum, m.lossN, m.samples, m.tokens, m.elapsed, m.wait = 0, 0, 0, 0, 0, 0
+	m.lossSum, m.lossN, m.samples, m.tokens, m.positions, m.elapsed, m.wait = 0, 0, 0, 0, 0, 0, 0
 	return m.logger.Log(s.Step, row)
 }
 

@@ -72,8 +72,8 @@ func TestHDPPresetTrains(t *testing.T) {
 		}
 		// Tokens counts the real ones: GSM8K examples do not fill 64
 		// positions, and the padding is not throughput.
-		if r.Tokens <= 0 || r.Tokens >= r.Samples*64 {
-			t.Errorf("step %d: %d tokens for %d samples of 64 positions; want the non-padding count", i+1, r.Tokens, r.Samples)
+		if r.Tokens <= 0 || r.Tokens >= r.Samples*64 || r.Positions != r.Samples*64 {
+			t.Errorf("step %d: %d tokens and %d positions for %d samples of 64 positions; want the non-padding count and all positions", i+1, r.Tokens, r.Positions, r.Samples)
 		}
 	}
 }

@@ -253,6 +253,7 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		r.Loss += loss / float64(t.accum)
 		r.Samples += int64(rows)
 		r.Tokens += realTokens(b, rows, t.tokens)
+		r.Positions += int64(rows) * t.tokens
 		r.DataWait += b.Wait
 		if b.Skipped > 0 {
 			t.skippedBad += int64(b.Skipped)
