@@ -20,9 +20,9 @@
 // Differences from MONAI, on purpose:
 //
 //   - a volume smaller than the patch along any axis is an error, where MONAI
-//     pads it: a reconstruction model evaluated on padding would report
-//     quality on voxels that do not exist, so ortrain asks the caller to crop
-//     or pad explicitly;
+//     pads it: the caller pads as its model was trained and crops the result
+//     back, so that no metric counts voxels that do not exist
+//     (eval.Reconstruct pads with the loader's value);
 //   - the Gaussian map is divided by its maximum so its peak is exactly 1
 //     (MONAI's peak is below 1 for even patch sizes, whose centre falls
 //     between voxels). A constant factor cancels in Σ(w·p)/Σw except where
