@@ -60,7 +60,9 @@ func ParseByteSize(s string) (ByteSize, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f*mult > math.MaxInt64 {
+	// ≥, not >: float64(MaxInt64) is 2⁶³, which int64 cannot hold ("8388608TiB"
+	// came back negative).
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f*mult >= math.MaxInt64 {
 		return 0, fmt.Errorf("%q is not a byte size (want e.g. 1048576, \"512MiB\", \"8GiB\")", s)
 	}
 	return ByteSize(math.Round(f * mult)), nil

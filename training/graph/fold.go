@@ -101,9 +101,12 @@ type intConst struct {
 // static shape instead); done is false for anything else.
 func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 	scalarOrVec := func(k intConst) bool { return len(k.dims) <= 1 }
+	if len(in) == 0 && n.Op != "Shape" || n.Op == "Where" && len(in) != 3 {
+		return out, false // a malformed node, missing inputs: not ours to fold
+	}
 	switch n.Op {
 	case "Shape":
-		x := g.Info(n.Inputs[0])
+		x := g.Info(n.Input(0))
 		if !x.Static() {
 			return out, false
 		}
@@ -219,7 +222,7 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 		}
 		return intConst{v: in[0].v, dims: []int64{int64(len(in[0].v))}}, true
 	case "ConstantOfShape":
-		if len(in) != 1 || len(in[0].dims) != 1 || len(in[0].v) != 1 || in[0].v[0] > 64 {
+		if len(in) != 1 || len(in[0].dims) != 1 || len(in[0].v) != 1 || in[0].v[0] > 64 || in[0].v[0] < 0 {
 			return out, false
 		}
 		fill := int64(0)

@@ -144,7 +144,7 @@ func (g *Graph) infer(n *Node) {
 		}
 		if !ok {
 			si := in(1)
-			if si.Static() && len(si.Shape) == 1 {
+			if si.Static() && len(si.Shape) == 1 && si.Shape[0] <= maxRank {
 				shaped(x.DType, unknownDims(si.Shape[0]))
 			} else {
 				set(0, Info{DType: x.DType})
@@ -311,7 +311,7 @@ func (g *Graph) infer(n *Node) {
 		target, ok := g.ConstInts(n.Input(1))
 		if !ok {
 			si := in(1)
-			if si.Static() && len(si.Shape) == 1 && x.Known && int(si.Shape[0]) >= len(x.Shape) {
+			if si.Static() && len(si.Shape) == 1 && x.Known && int(si.Shape[0]) >= len(x.Shape) && si.Shape[0] <= maxRank {
 				shaped(x.DType, unknownDims(si.Shape[0]))
 			} else {
 				set(0, Info{DType: x.DType})
@@ -330,12 +330,8 @@ func (g *Graph) infer(n *Node) {
 		}
 		if s, ok := g.ConstInts(n.Input(0)); ok {
 			shaped(dt, s)
-		} else if si := in(0); si.Static() && len(si.Shape) == 1 {
-			s := make([]int64, si.Shape[0])
-			for i := range s {
-				s[i] = -1
-			}
-			shaped(dt, s)
+		} else if si := in(0); si.Static() && len(si.Shape) == 1 && si.Shape[0] <= maxRank {
+			shaped(dt, unknownDims(si.Shape[0]))
 		} else {
 			set(0, Info{DType: dt})
 		}
@@ -712,6 +708,11 @@ func prod(s []int64) int64 {
 	}
 	return p
 }
+
+// maxRank bounds the ranks inference makes up from a declared shape (a
+// shape input's length): a model file could declare [1<<40] and have
+// unknownDims allocate for it. No real tensor comes near it.
+const maxRank = 64
 
 // unknownDims is a shape of known rank whose dimensions are all unknown: what
 // a shape given at run time tells before it is seen.

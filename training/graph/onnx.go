@@ -181,6 +181,11 @@ func Load(path string) (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
+	return load(path, b)
+}
+
+// load reads b, the bytes of the model file at path, as Load does.
+func load(path string, b []byte) (*Graph, error) {
 	m := &onnxpb.ModelProto{}
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("graph: %s is not an ONNX model: %w", path, err)
@@ -234,6 +239,9 @@ func confine(dir, tensor, loc string) (string, error) {
 // initializers by the bytes it points at, read from files under dir.
 func LoadExternal(m *onnxpb.ModelProto, dir string) error {
 	files := map[string]*os.File{}
+	// Bytes read per file: tensors' ranges may not overlap, so a small
+	// model cannot have one large data file read into memory many times.
+	read := map[string]int64{}
 	defer func() {
 		for _, f := range files {
 			f.Close()
@@ -290,6 +298,9 @@ func LoadExternal(m *onnxpb.ModelProto, dir string) error {
 		}
 		if off < 0 || off > st.Size() || length > st.Size()-off {
 			return &TensorError{t.GetName(), fmt.Sprintf("external data at %d+%d runs past the end of %s (%d bytes)", off, length, path, st.Size())}
+		}
+		if read[path] += length; read[path] > st.Size() {
+			return &TensorError{t.GetName(), fmt.Sprintf("the tensors' external data add up to more than the %d bytes of %s: their ranges overlap", st.Size(), path)}
 		}
 		buf := make([]byte, length)
 		if _, err := f.ReadAt(buf, off); err != nil {

@@ -82,16 +82,21 @@ func RawBytes(t *onnxpb.TensorProto) ([]byte, error) {
 	if t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL {
 		return nil, fmt.Errorf("graph: tensor %q still refers to external data", t.GetName())
 	}
+	// Tensors FromModel did not check (a Constant node's value) must not
+	// make us allocate what their dimensions claim but their data lacks.
+	n, err := checkTensor(t)
+	if err != nil {
+		return nil, err
+	}
 	if t.RawData != nil {
 		return t.RawData, nil
 	}
 	dt := dtype.DType(t.GetDataType())
-	n := Numel(t)
 	size := dt.Size()
 	if size == 0 {
 		return nil, fmt.Errorf("graph: tensor %q has unsupported type %d", t.GetName(), t.GetDataType())
 	}
-	raw := make([]byte, int(n)*size)
+	raw := make([]byte, n)
 	switch dt {
 	case dtype.Float32:
 		for i, x := range t.GetFloatData() {
@@ -210,25 +215,24 @@ func checkTensor(t *onnxpb.TensorProto) (bytes int64, err error) {
 	if t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL || size == 0 {
 		return n * size, nil
 	}
-	have := int64(-1)
-	switch {
-	case t.RawData != nil:
+	if t.RawData != nil {
 		if int64(len(t.RawData)) != n*size {
 			return 0, bad("%d bytes of raw data, its type and dimensions %v need %d", len(t.RawData), t.GetDims(), n*size)
 		}
 		return n * size, nil
-	case len(t.GetFloatData()) > 0:
+	}
+	// Count the field RawBytes reads for the type: another, non-empty
+	// field must not vouch for it (RawBytes would index past its end).
+	var have int64
+	switch dtype.DType(t.GetDataType()) {
+	case dtype.Float32:
 		have = int64(len(t.GetFloatData()))
-	case len(t.GetDoubleData()) > 0:
+	case dtype.Float64:
 		have = int64(len(t.GetDoubleData()))
-	case len(t.GetInt64Data()) > 0:
+	case dtype.Int64:
 		have = int64(len(t.GetInt64Data()))
-	case len(t.GetInt32Data()) > 0:
+	default: // Int32, Int8, Uint8, Bool, Float16, BFloat16, as int32_data
 		have = int64(len(t.GetInt32Data()))
-	case len(t.GetUint64Data()) > 0:
-		have = int64(len(t.GetUint64Data()))
-	default:
-		have = 0
 	}
 	if have != n {
 		return 0, bad("%d values, its dimensions %v hold %d", have, t.GetDims(), n)

@@ -293,10 +293,12 @@ func (h *Header) check(name string) error {
 		if h.Dim[i] < 1 || h.Dim[i] > maxVoxels {
 			return fmt.Errorf("%s: dim[%d] is %d", name, i, h.Dim[i])
 		}
-		n *= h.Dim[i]
-		if n > maxVoxels {
+		// Compared before multiplying: two dimensions under the bound can
+		// overflow int64 together.
+		if h.Dim[i] > maxVoxels/n {
 			return fmt.Errorf("%s: %s voxels is more than this reader takes (%d)", name, h.dims(), int64(maxVoxels))
 		}
+		n *= h.Dim[i]
 	}
 	if h.Datatype.Size() == 0 {
 		return fmt.Errorf("%s: unsupported datatype %d", name, int16(h.Datatype))
