@@ -41,17 +41,30 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 	for _, tc := range []struct {
 		script, file, recipe string
 		params               map[string]any
+		args                 []string
 	}{
 		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
-			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4}},
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4}, nil},
+		// With both discriminators past their start step: the gradients
+		// are the anchors' two optimizer steps (autoencoder with the
+		// discriminators frozen, discriminators on the detached
+		// reconstruction) at the same weights.
+		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
+			"l1_weight": 4.0, "image_gan_weight": 1.0, "video_gan_weight": 0.5, "gan_feat_weight": 4.0, "discriminator_iter_start": 3,
+			"disc_channels": 8, "disc_layers": 2}, []string{"--step", "5"}},
+		// Group-norm image discriminator, vanilla loss, no feature matching.
+		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
+			"image_gan_weight": 0.7, "disc_channels": 8, "disc_layers": 3, "disc_norm": "group", "disc_loss_type": "vanilla"}, []string{"--step", "2"}},
 		{"export_diffusionlm.py", "diffusionlm.onnx", "bd3lm", map[string]any{"vocab": 20, "mask_token": 19, "hidden": 16,
-			"layers": 2, "heads": 2, "seq_len": 12, "block_size": 4, "tie_embeddings": true}},
+			"layers": 2, "heads": 2, "seq_len": 12, "block_size": 4, "tie_embeddings": true}, nil},
 		{"export_diffusionlm.py", "diffusionlm.onnx", "bd3lm", map[string]any{"vocab": 20, "mask_token": 19, "hidden": 16,
-			"layers": 1, "heads": 4, "seq_len": 8, "blocks": []int{2, 2, 4}, "tie_embeddings": false}},
+			"layers": 1, "heads": 4, "seq_len": 8, "blocks": []int{2, 2, 4}, "tie_embeddings": false}, nil},
 	} {
 		dir := t.TempDir()
 		cfg, _ := json.Marshal(tc.params)
-		cmd := exec.Command(python, filepath.Join("pytorch", tc.script), dir, "--config", string(cfg), "--batch", "3")
+		cmd := exec.Command(python, append([]string{filepath.Join("pytorch", tc.script), dir, "--config", string(cfg), "--batch", "3"}, tc.args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", tc.script, err, out)
 		}

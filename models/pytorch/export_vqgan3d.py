@@ -10,8 +10,16 @@ ONNX export with ortrain_export.stop_gradient.
 
 --config takes the recipe's parameter names (patch_size, channels,
 channel_mult, res_blocks, z_channels, embed_dim, codebook_size, beta,
-groups); unnamed ones keep the recipe's defaults. OUT_DIR gets
-vqgan3d.onnx and reference.safetensors: a batch ("volume"), PyTorch's
+groups, l1_weight, and the discriminators' image_gan_weight,
+video_gan_weight, gan_feat_weight, discriminator_iter_start,
+disc_channels, disc_layers, disc_norm, disc_loss_type); unnamed ones keep
+the recipe's defaults. With a discriminator the graph takes the global
+step (--step) as input "ortrain.global_step", and the reference gradients
+are the anchors' two optimizer steps at the same weights: the
+autoencoder's loss with the discriminators frozen, the discriminators'
+loss on the detached reconstruction. OUT_DIR gets
+vqgan3d.onnx and reference.safetensors: a batch ("volume", and the
+step), PyTorch's
 "loss" on it in training mode and "grad.<param>" for every parameter.
 """
 
@@ -29,7 +37,10 @@ import ortrain_export as ox  # noqa: E402
 from reference_step import write_safetensors  # noqa: E402
 
 DEFAULTS = dict(patch_size=[64, 64, 64], in_channels=1, channels=64, channel_mult=[1, 1, 2, 4], res_blocks=2,
-                z_channels=8, embed_dim=8, codebook_size=8192, beta=0.25, groups=32)
+                z_channels=8, embed_dim=8, codebook_size=8192, beta=0.25, groups=32, l1_weight=1.0,
+                image_gan_weight=0.0, video_gan_weight=0.0, gan_feat_weight=0.0, discriminator_iter_start=0,
+                disc_channels=64, disc_layers=3, disc_norm="batch", disc_loss_type="hinge")
+GLOBAL_STEP = "ortrain.global_step"  # the trainer feeds the optimizer step here
 
 
 def silu(x):
@@ -167,26 +178,177 @@ class Quantizer(nn.Module):
         return z_st, idx.reshape(n, grid[0], grid[1], grid[2]), codebook, commit
 
 
+class Norm(nn.Module):
+    """A discriminator layer's normalisation in training mode, written out
+    so that it exports without running statistics (a discriminator never
+    runs in eval mode): BatchNorm over the batch and spatial axes (biased
+    variance, eps 1e-5, as nn.BatchNorm in train mode computes it) or
+    GroupNorm (eps 1e-6)."""
+
+    def __init__(self, c, kind, groups):
+        super().__init__()
+        self.kind, self.groups = kind, groups
+        self.weight, self.bias = nn.Parameter(torch.ones(c)), nn.Parameter(torch.zeros(c))
+
+    def forward(self, x, sg):
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        if self.kind == "batch":
+            axes = [0] + list(range(2, x.dim()))
+            mean = x.mean(axes, keepdim=True)
+            d = x - mean
+            y = d / torch.sqrt((d * d).mean(axes, keepdim=True) + 1e-5)
+        else:
+            xr = x.reshape(x.shape[0], self.groups, -1)
+            d = xr - xr.mean(2, keepdim=True)
+            y = (d / torch.sqrt((d * d).mean(2, keepdim=True) + 1e-6)).reshape(x.shape)
+        return y * sg(self.weight).reshape(shape) + sg(self.bias).reshape(shape)
+
+
+class NLayerDiscriminator(nn.Module):
+    """pix2pixHD's PatchGAN with intermediate features, as TATS and
+    medicaldiffusion use it (2-D on slices, 3-D on volumes): model0 =
+    conv(4, stride 2) + LeakyReLU(0.2); model1..model{L-1} = conv(stride 2)
+    + norm + LeakyReLU; model{L} the same with stride 1; model{L+1} a
+    conv to one channel. forward(x, frozen) returns the logits and every
+    layer's output; frozen reads the weights through stop_gradient (the
+    generator's terms, which must not train the discriminator)."""
+
+    def __init__(self, cfg, dims):
+        super().__init__()
+        Conv = nn.Conv2d if dims == 2 else nn.Conv3d
+        self.dims, self.layers = dims, cfg["disc_layers"]
+        nf = cfg["disc_channels"]
+        self.model0 = nn.Sequential(Conv(cfg["in_channels"], nf, 4, stride=2, padding=2), nn.LeakyReLU(0.2))
+        for n in range(1, self.layers + 1):
+            prev, nf = nf, min(nf * 2, 512)
+            stride = 2 if n < self.layers else 1
+            setattr(self, "model%d" % n, nn.Sequential(Conv(prev, nf, 4, stride=stride, padding=2),
+                                                        Norm(nf, cfg["disc_norm"], cfg["groups"]), nn.LeakyReLU(0.2)))
+        setattr(self, "model%d" % (self.layers + 1), nn.Sequential(Conv(nf, 1, 4, stride=1, padding=2)))
+
+    def forward(self, x, frozen=False):
+        sg = ox.stop_gradient if frozen else (lambda t: t)
+        conv = F.conv2d if self.dims == 2 else F.conv3d
+        feats, h = [], x
+        for n in range(self.layers + 2):
+            seq = getattr(self, "model%d" % n)
+            c = seq[0]
+            h = conv(h, sg(c.weight), sg(c.bias), stride=c.stride, padding=c.padding)
+            if n == self.layers + 1:
+                return h, feats
+            if n > 0:
+                h = seq[1](h, sg)
+            h = F.leaky_relu(h, 0.2)
+            feats.append(h)
+
+
+def axial_slices(x, step):
+    """Slice (step*7919) mod D of every volume ([N, C, D, H, W] -> [N, C,
+    H, W]), the recipe's stand-in for the anchors' random slice."""
+    d = x.shape[2]
+    idx = (step.long() * 7919) % d
+    mask = (torch.arange(d) == idx).float().reshape(1, 1, d, 1, 1)
+    return (x * mask).sum(2)
+
+
+def disc_loss(kind, real, fake):
+    if kind == "hinge":
+        return 0.5 * (F.relu(1 - real).mean() + F.relu(1 + fake).mean())
+    return 0.5 * (F.softplus(-real).mean() + F.softplus(fake).mean())
+
+
 class VQGAN3D(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.beta = cfg["beta"]
+        self.cfg, self.beta = cfg, cfg["beta"]
         self.encoder = Encoder(cfg)
         self.quant_conv = nn.Conv3d(cfg["z_channels"], cfg["embed_dim"], 1)
         self.quantize = Quantizer(cfg["codebook_size"], cfg["embed_dim"])
         self.post_quant_conv = nn.Conv3d(cfg["embed_dim"], cfg["z_channels"], 1)
         self.decoder = Decoder(cfg)
 
-    def forward(self, volume):
+        if cfg["image_gan_weight"] > 0:
+            self.image_discriminator = NLayerDiscriminator(cfg, 2)
+        if cfg["video_gan_weight"] > 0:
+            self.video_discriminator = NLayerDiscriminator(cfg, 3)
+
+    def autoencode(self, volume):
         z = self.quant_conv(self.encoder(volume))
         z_st, codes, codebook, commit = self.quantize(z)
         recon = self.decoder(self.post_quant_conv(z_st))
         rec = (volume - recon).abs().mean()
-        loss = rec + codebook + self.beta * commit
-        return loss, recon, codes, rec, codebook, commit
+        return recon, codes, rec, codebook, commit
+
+    def sides(self, volume, recon, step):
+        """(weight, discriminator, real, fake) per discriminator in use."""
+        out = []
+        if hasattr(self, "image_discriminator"):
+            out.append((self.cfg["image_gan_weight"], self.image_discriminator,
+                        axial_slices(volume, step), axial_slices(recon, step)))
+        if hasattr(self, "video_discriminator"):
+            out.append((self.cfg["video_gan_weight"], self.video_discriminator, volume, recon))
+        return out
+
+    def generator_terms(self, volume, recon, step, frozen):
+        """The anchors' generator step: disc_factor times the adversarial
+        and feature-matching terms (the discriminators read through
+        stop_gradient when frozen)."""
+        cfg = self.cfg
+        factor = (step >= cfg["discriminator_iter_start"]).float()
+        g, feat = 0, 0
+        for w, d, real, fake in self.sides(volume, recon, step):
+            logits, fake_feats = d(fake, frozen)
+            g = g - w * logits.mean()
+            if cfg["gan_feat_weight"] > 0:
+                _, real_feats = d(real, frozen)
+                for a, b in zip(fake_feats, real_feats):
+                    feat = feat + (a - ox.stop_gradient(b)).abs().mean()  # weight 4/(3+1) = 1 per layer
+        return factor * g, factor * cfg["gan_feat_weight"] * feat
+
+    def discriminator_terms(self, volume, recon, step):
+        """The anchors' discriminator step on the detached reconstruction,
+        and the mean logits on real and fake inputs."""
+        factor = (step >= self.cfg["discriminator_iter_start"]).float()
+        dl, real_mean, fake_mean, sides = 0, 0, 0, self.sides(volume, ox.stop_gradient(recon), step)
+        for w, d, real, fake in sides:
+            lr, _ = d(real)
+            lf, _ = d(fake)
+            dl = dl + w * disc_loss(self.cfg["disc_loss_type"], lr, lf)
+            real_mean, fake_mean = real_mean + lr.mean(), fake_mean + lf.mean()
+        return factor * dl, real_mean / len(sides), fake_mean / len(sides)
+
+    def forward(self, volume, step=None):
+        recon, codes, rec, codebook, commit = self.autoencode(volume)
+        loss = self.cfg["l1_weight"] * rec + codebook + self.beta * commit
+        if step is None:
+            return loss, recon, codes, rec, codebook, commit
+        g, feat = self.generator_terms(volume, recon, step, frozen=True)
+        d, d_real, d_fake = self.discriminator_terms(volume, recon, step)
+        loss = loss + g + d + (feat if self.cfg["gan_feat_weight"] > 0 else 0)
+        extra = (g, d, d_real, d_fake) + ((feat,) if self.cfg["gan_feat_weight"] > 0 else ())
+        return (loss, recon, codes, rec, codebook, commit) + extra
 
 
 OUTPUTS = ["loss", "recon", "codes", "rec_loss", "codebook_loss", "commit_loss"]
+GAN_OUTPUTS = ["g_loss", "d_loss", "d_real", "d_fake", "gan_feat_loss"]
+
+
+def anchor_gradients(model, x, step):
+    """Gradients as the anchors' two optimizers see them at these weights:
+    the autoencoder's from its loss with the discriminators frozen, the
+    discriminators' from theirs with the reconstruction detached."""
+    disc = [p for n, p in model.named_parameters() if "discriminator." in n]
+    for p in disc:
+        p.requires_grad_(False)
+    recon, codes, rec, codebook, commit = model.autoencode(x)
+    g, feat = model.generator_terms(x, recon, step, frozen=False)
+    ae_loss = model.cfg["l1_weight"] * rec + codebook + model.beta * commit + g + feat
+    ae_loss.backward()
+    for p in disc:
+        p.requires_grad_(True)
+    d, _, _ = model.discriminator_terms(x, recon.detach(), step)
+    d.backward()
+    return ae_loss + d
 
 
 def main():
@@ -195,18 +357,27 @@ def main():
     p.add_argument("--config", default="{}", help="recipe parameters as JSON")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--step", type=float, default=0, help="global step fed to a model with discriminators")
     a = p.parse_args()
     cfg = dict(DEFAULTS, **json.loads(a.config))
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(a.seed)
     model = VQGAN3D(cfg)
     x = torch.rand(a.batch, cfg["in_channels"], *cfg["patch_size"]) * 2 - 1
+    gan = cfg["image_gan_weight"] > 0 or cfg["video_gan_weight"] > 0
+    inputs, outputs = {"volume": x}, OUTPUTS
+    if gan:
+        inputs[GLOBAL_STEP] = torch.tensor(a.step, dtype=torch.float32)
+        outputs = OUTPUTS + GAN_OUTPUTS[:4 + (cfg["gan_feat_weight"] > 0)]
     # The model returns its loss first, so no loss function is passed.
-    ox.export(model, {"volume": x}, os.path.join(a.out, "vqgan3d.onnx"), output_names=OUTPUTS)
+    ox.export(model, inputs, os.path.join(a.out, "vqgan3d.onnx"), output_names=outputs)
     model.zero_grad()
-    loss = model(x)[0]
-    loss.backward()
-    tensors = {"volume": x, "loss": loss.detach().reshape(())}
+    if gan:
+        loss = anchor_gradients(model, x, inputs[GLOBAL_STEP])
+    else:
+        loss = model(x)[0]
+        loss.backward()
+    tensors = dict(inputs, loss=loss.detach().reshape(()))
     for name, prm in model.named_parameters():
         tensors["grad." + name] = prm.grad
     write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)

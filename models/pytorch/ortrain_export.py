@@ -94,7 +94,7 @@ def export(model, inputs, path, loss=None, targets=None, output_names=None, opse
     outs = list(output_names or ["output"] + ["output_%d" % i for i in range(1, n_out)])
     if loss is not None:
         outs = ["loss"] + outs
-    dynamic = {n: {0: "batch"} for n in names}
+    dynamic = {n: {0: "batch"} for n, t in zip(names, example) if t.dim() > 0}
     dynamic.update({n: {0: "batch"} for n in outs if n != "loss"})
     model.train()
     with warnings.catch_warnings():

@@ -31,8 +31,9 @@
 // ‖sg(z) − z_q‖² (codebook) + β·‖z − sg(z_q)‖² (commitment), both means over
 // the latent elements, with the straight-through estimator z_q^st = z +
 // sg(z_q − z) feeding the decoder; sg is ortrain's StopGradient marker.
-// The adversarial and perceptual terms of a full VQ-GAN are not part of
-// this graph: they need a second network and alternating updates.
+// l1_weight weighs the L1 term. With image_gan_weight or video_gan_weight
+// the graph also holds the discriminators and their training-only
+// adversarial terms (gan.go); the perceptual (LPIPS) term is not built.
 package vqgan
 
 import (
@@ -87,6 +88,24 @@ type Config struct {
 	// the batch (1.0, as the anchors), unless NoRandomRestart.
 	RestartThres    float64 `toml:"restart_thres"`
 	NoRandomRestart bool    `toml:"no_random_restart"`
+	// L1Weight weighs the L1 reconstruction term (1; the anchors use 4).
+	L1Weight float64 `toml:"l1_weight"`
+	// The discriminators (gan.go): ImageGANWeight and VideoGANWeight weigh
+	// the 2-D (slices) and 3-D (volume) adversarial terms, 0 leaving that
+	// discriminator out (both 0: no GAN, the default); GANFeatWeight the
+	// feature-matching term. DiscIterStart is the global step from which
+	// the adversarial terms count (the anchors' discriminator_iter_start).
+	ImageGANWeight float64 `toml:"image_gan_weight"`
+	VideoGANWeight float64 `toml:"video_gan_weight"`
+	GANFeatWeight  float64 `toml:"gan_feat_weight"`
+	DiscIterStart  int64   `toml:"discriminator_iter_start"`
+	// DiscChannels is the first layer's width (64), DiscLayers the number
+	// of normalised layers (3), DiscNorm "batch" or "group" (GroupNorm
+	// with Groups groups), DiscLossType "hinge" or "vanilla".
+	DiscChannels int    `toml:"disc_channels"`
+	DiscLayers   int    `toml:"disc_layers"`
+	DiscNorm     string `toml:"disc_norm"`
+	DiscLossType string `toml:"disc_loss_type"`
 	// Groups is GroupNorm's group count; it must divide every width.
 	Groups int `toml:"groups"`
 	// Seed draws the initial weights.
@@ -100,7 +119,8 @@ type Config struct {
 // their own patch size). ParamCount: 36,335,321.
 func Default() Config {
 	return Config{PatchSize: []int{64, 64, 64}, InChannels: 1, Channels: 64, ChannelMult: []int{1, 1, 2, 4},
-		ResBlocks: 2, ZChannels: 8, EmbedDim: 8, CodebookSize: 8192, Beta: 0.25, Groups: 32, RestartThres: 1}
+		ResBlocks: 2, ZChannels: 8, EmbedDim: 8, CodebookSize: 8192, Beta: 0.25, Groups: 32, RestartThres: 1,
+		L1Weight: 1, DiscChannels: 64, DiscLayers: 3, DiscNorm: NormBatch, DiscLossType: LossHinge}
 }
 
 // Validate reports the first size or setting Build cannot use.
@@ -131,7 +151,7 @@ func (c Config) Validate() error {
 	if !(c.CodebookDecay >= 0 && c.CodebookDecay < 1) || !(c.RestartThres >= 0) {
 		return fmt.Errorf("vqgan: codebook_decay %g must be in [0, 1) and restart_thres %g ≥ 0", c.CodebookDecay, c.RestartThres)
 	}
-	return nil
+	return c.validateGAN()
 }
 
 // conv3 is the parameter count of a k³ convolution with bias.
@@ -187,7 +207,14 @@ func (c Config) ParamCount() int64 {
 		}
 		prev = w(i)
 	}
-	return total + 2*w(0) + conv3(w(0), in, 3)
+	total += 2*w(0) + conv3(w(0), in, 3)
+	if c.ImageGANWeight > 0 {
+		total += discParams(c, 2)
+	}
+	if c.VideoGANWeight > 0 {
+		total += discParams(c, 3)
+	}
+	return total
 }
 
 // LatentShape is the [d, h, w] grid of codes for one patch.
@@ -379,13 +406,20 @@ func Build(c Config) (*graph.Graph, error) {
 
 	b.OpInto(RecLoss, "Identity", []string{b.ReduceMean(b.Abs(b.Sub(x, Recon)), false)})
 	commit := b.Mul(b.Scalar(dtype.Float32, c.Beta), CommitLoss)
-	if c.CodebookDecay > 0 {
-		// The moving averages move the codes; CodebookLoss is only logged.
-		b.OpInto(Loss, "Add", []string{RecLoss, commit})
-	} else {
-		b.OpInto(Loss, "Add", []string{b.Add(RecLoss, CodebookLoss), commit})
+	total := b.Add(b.Mul(b.Scalar(dtype.Float32, c.L1Weight), RecLoss), commit)
+	if c.CodebookDecay == 0 {
+		// Otherwise the moving averages move the codes and CodebookLoss
+		// is only logged.
+		total = b.Add(total, CodebookLoss)
 	}
-	m.G.Outputs = append([]string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}, updates...)
+	outs := []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}
+	if c.GAN() {
+		adv, gouts := m.adversarial(x, Recon)
+		total = b.Add(total, adv)
+		outs = append(outs, gouts...)
+	}
+	b.OpInto(Loss, "Identity", []string{total})
+	m.G.Outputs = append(outs, updates...)
 	if b.Err != nil {
 		return nil, b.Err
 	}

@@ -17,7 +17,8 @@ import (
 // tiny is a test size: 8³ patches, two levels (4³ latents), 16 codes.
 func tiny() vqgan.Config {
 	return vqgan.Config{PatchSize: []int{8, 8, 8}, InChannels: 1, Channels: 8, ChannelMult: []int{1, 2},
-		ResBlocks: 1, ZChannels: 4, EmbedDim: 4, CodebookSize: 16, Beta: 0.25, Groups: 4, Seed: 1}
+		ResBlocks: 1, ZChannels: 4, EmbedDim: 4, CodebookSize: 16, Beta: 0.25, Groups: 4, Seed: 1,
+		L1Weight: 1, DiscChannels: 8, DiscLayers: 2, DiscNorm: vqgan.NormBatch, DiscLossType: vqgan.LossHinge}
 }
 
 // TestParamCount checks the closed form against the built graph's trained
@@ -30,6 +31,10 @@ func TestParamCount(t *testing.T) {
 	wide.InChannels, wide.ZChannels, wide.EmbedDim, wide.CodebookSize = 2, 8, 3, 100
 	ema := tiny()
 	ema.CodebookDecay = 0.99 // the codebook is a buffer then
+	gan := tiny()
+	gan.ImageGANWeight, gan.VideoGANWeight, gan.GANFeatWeight = 1, 0.5, 4
+	group := gan
+	group.DiscNorm, group.DiscLayers, group.VideoGANWeight = vqgan.NormGroup, 3, 0
 	for _, tc := range []struct {
 		name string
 		c    vqgan.Config
@@ -39,6 +44,10 @@ func TestParamCount(t *testing.T) {
 		{"deeper", deeper, 0},
 		{"wide", wide, 0},
 		{"ema codebook", ema, tiny().ParamCount() - 16*4},
+		// Widths 8, 16, 32, 1; 2-D: 8·1·16+8, 16·8·16+16+2·16,
+		// 32·16·16+32+2·32, 1·32·16+1; 3-D: kernels of 64.
+		{"discriminators", gan, tiny().ParamCount() + (136 + 2096 + 8288 + 513) + (520 + 8240 + 32864 + 2049)},
+		{"group-norm image discriminator", group, 0},
 		{"default", vqgan.Default(), 36_335_321},
 	} {
 		g, err := vqgan.Build(tc.c)

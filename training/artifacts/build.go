@@ -176,6 +176,13 @@ func Build(opts Options) (*Manifest, error) {
 		return nil, &Error{"no trainable parameters: the model has no floating initializers, or --trainable/--frozen excluded them all"}
 	}
 	for _, in := range g.Inputs {
+		if in == graph.GlobalStepInput {
+			if info := g.Info(in); info.DType != dtype.Float32 || !info.Known || len(info.Shape) != 0 {
+				return nil, &Error{fmt.Sprintf("input %s, which the trainer feeds with the optimizer step, must be a float32 scalar, not %v", in, info)}
+			}
+			m.StepInput = in
+			continue
+		}
 		if !slices.ContainsFunc(weights, func(w safetensors.Tensor) bool { return w.Name == in }) {
 			m.Data = append(m.Data, describe(g, in))
 		}
@@ -354,6 +361,7 @@ func stateInputs(m *Manifest) []string {
 func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "training"
+	g.LowerTrainingOnly()
 	targets, err := loss.Add(g, spec)
 	if err != nil {
 		return nil, err
@@ -443,6 +451,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "eval"
+	g.ZeroTrainingOnly()
 	for _, n := range g.Nodes {
 		if n.Op == "BatchNormalization" {
 			n.DelAttr("training_mode")
@@ -460,6 +469,7 @@ func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 	}
 	g.DropBufferUpdates()
 	g.Prune()
+	g.DropUnreadInputs(graph.GlobalStepInput)
 	g.StripStopGradients()
 	return g, g.Sort()
 }

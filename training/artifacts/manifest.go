@@ -146,6 +146,10 @@ type Manifest struct {
 	// LossScaleInput names the training graph's loss-scale input (float16
 	// compute only; see LossScale).
 	LossScaleInput string `json:"loss_scale_input,omitempty"`
+	// StepInput is the training graph's graph.GlobalStepInput when the
+	// model reads the optimizer step (a loss term starting at a step);
+	// the trainer feeds it. Eval graphs never read it.
+	StepInput string `json:"step_input,omitempty"`
 	// Recompute is the policy the training graph was built with: which
 	// forward values its backward recomputes (autodiff.RecomputePolicies).
 	Recompute string `json:"recompute,omitempty"`

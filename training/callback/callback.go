@@ -44,6 +44,12 @@ type StepResult struct {
 	Skipped bool
 	// Metrics are further values to log under their own names.
 	Metrics map[string]float64
+	// Terms are the model's scalar outputs besides the loss (loss terms,
+	// discriminator logits), means over the step's batches, named by
+	// TermNames; logged as train/<name>, averaged like train/loss. The
+	// loop reuses both slices from step to step.
+	TermNames []string
+	Terms     []float64
 }
 
 // Callback is a part of training that hangs off the loop. A returned error

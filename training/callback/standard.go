@@ -203,8 +203,9 @@ type MetricSource interface {
 }
 
 // LogMetrics writes training rows every N steps and validation results to a
-// logger. A training row holds train/loss (mean over the steps since the
-// last row, skipped steps excluded), lr, grad_norm, epoch,
+// logger. A training row holds train/loss and train/<term> for the
+// model's other scalar outputs (means over the steps since the last row,
+// skipped steps excluded), lr, grad_norm, epoch,
 // throughput/samples_per_s (and tokens_per_s without padding,
 // padded_tokens_per_s with it), time/data_wait_frac,
 // train/skipped_steps (cumulative), the step's own Metrics and those of the
@@ -216,6 +217,7 @@ type LogMetrics struct {
 
 	lossSum         float64
 	lossN           int64
+	termSums        []float64 // of StepResult.Terms, over the same steps as lossSum
 	samples, tokens int64
 	positions       int64
 	elapsed, wait   time.Duration
@@ -237,6 +239,12 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 	} else {
 		m.lossSum += r.Loss
 		m.lossN++
+		if len(m.termSums) != len(r.Terms) {
+			m.termSums = make([]float64, len(r.Terms))
+		}
+		for i, v := range r.Terms {
+			m.termSums[i] += v
+		}
 	}
 	m.samples += r.Samples
 	m.tokens += r.Tokens
@@ -253,6 +261,12 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 	}
 	if m.lossN > 0 {
 		row["train/loss"] = m.lossSum / float64(m.lossN)
+		for i, name := range r.TermNames {
+			if i < len(m.termSums) {
+				row["train/"+name] = m.termSums[i] / float64(m.lossN)
+				m.termSums[i] = 0
+			}
+		}
 	}
 	if !math.IsNaN(r.GradNorm) {
 		row["grad_norm"] = r.GradNorm

@@ -33,7 +33,7 @@ func (g *Graph) infer(n *Node) {
 	case "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
 		"BatchNormalization", "BatchNormTraining", "LayerNormalization", "Dropout", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
-		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "UpdateBuffer", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign",
+		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "UpdateBuffer", "TrainingOnly", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign",
 		"ThresholdedRelu", "Shrink", "PRelu", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
 		"LRN", "LpNormalization", "MeanVarianceNormalization", "Hardmax", "CumSum":
 		same()

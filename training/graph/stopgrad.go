@@ -84,7 +84,8 @@ func (b *Builder) StopGradient(x string) string {
 // StripStopGradients turns every stop-gradient marker into an Identity
 // (which ONNX Runtime folds away), every BatchNormTraining into the
 // BatchNormalization it computes, every buffer update into an Identity of
-// the new value, and drops the ortrain domain import, so
+// the new value, every training-only marker into an Identity (as training
+// computes it; eval graphs zero them first, ZeroTrainingOnly), and drops the ortrain domain import, so
 // that the graph runs on stock ONNX Runtime. Call it after autodiff.
 func (g *Graph) StripStopGradients() {
 	for _, n := range g.Nodes {
@@ -95,6 +96,8 @@ func (g *Graph) StripStopGradients() {
 			n.Op, n.Domain = "BatchNormalization", ""
 		case IsUpdateBuffer(n):
 			n.Op, n.Domain, n.Inputs = "Identity", "", n.Inputs[1:]
+		case IsTrainingOnly(n):
+			n.Op, n.Domain = "Identity", ""
 		}
 	}
 	delete(g.Domains, StopGradientDomain)

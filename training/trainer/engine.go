@@ -52,7 +52,13 @@ type engine struct {
 	reset                         []bool
 	lr, step, gradScale, clipNorm []float32
 	lossScale                     []float32 // float16 training: the loss scale the backward starts from
-	updateFinite                  []bool    // the optimizer's verdict on the new weights (true without one)
+	globalStep                    []float32 // optimizer steps taken, for a model that reads them (artifacts.Manifest.StepInput)
+	// termNames are the model's other floating scalar outputs (loss terms,
+	// a discriminator's logits), which every training run also returns to
+	// the host in terms, to be logged as train/<name>.
+	termNames    []string
+	terms        [][]float32
+	updateFinite []bool // the optimizer's verdict on the new weights (true without one)
 	// fetch are the model outputs the eval graph also returns to the host
 	// for validation metrics (validationOutputs), bound after the loss.
 	fetch                    []string
@@ -278,8 +284,29 @@ func (e *engine) bind(feeds data.Feeds) error {
 	lscale, ufinite := vals[9], vals[10]
 	e.lossScale = ort.Data[float32](lscale)
 	e.updateFinite = ort.Data[bool](ufinite)
+	gstep, err := scalar(float32(0))
+	if err != nil {
+		return err
+	}
+	e.globalStep = ort.Data[float32](gstep)
 
 	m := e.m
+	var termVals []*ort.Value
+	for _, o := range e.train.Outputs() {
+		if o.Name == m.Loss || !o.Tensor || o.DType != ort.Float32 || len(o.Shape) != 0 || !slices.Contains(m.Outputs, o.Name) {
+			continue
+		}
+		v, err := scalar(float32(0))
+		if err != nil {
+			return err
+		}
+		e.termNames = append(e.termNames, o.Name)
+		e.terms = append(e.terms, ort.Data[float32](v))
+		termVals = append(termVals, v)
+	}
+	takesStep := func(s *ort.Session) bool {
+		return m.StepInput != "" && slices.ContainsFunc(s.Inputs(), func(in ort.IOInfo) bool { return in.Name == m.StepInput })
+	}
 	for p := range 2 {
 		for g := range 2 {
 			for u := range 2 {
@@ -292,6 +319,12 @@ func (e *engine) bind(feeds data.Feeds) error {
 				errs := []error{b.BindInput(m.Reset, reset), b.BindOutput(m.Loss, loss)}
 				if m.LossScaleInput != "" {
 					errs = append(errs, b.BindInput(m.LossScaleInput, lscale))
+				}
+				if takesStep(e.train) {
+					errs = append(errs, b.BindInput(m.StepInput, gstep))
+				}
+				for i, name := range e.termNames {
+					errs = append(errs, b.BindOutput(name, termVals[i]))
 				}
 				errs = append(errs, e.bindCommon(b, p, u, false)...)
 				for i, gr := range m.Gradients {
@@ -336,6 +369,9 @@ func (e *engine) bind(feeds data.Feeds) error {
 			e.evalB[p][u] = b
 			e.allEval = append(e.allEval, b)
 			errs := append(e.bindCommon(b, p, u, e.ema != nil), b.BindOutput(m.Loss, eloss))
+			if takesStep(e.eval) {
+				errs = append(errs, b.BindInput(m.StepInput, gstep))
+			}
 			for _, name := range e.fetch {
 				errs = append(errs, b.BindOutputOnHost(name))
 			}
@@ -344,7 +380,6 @@ func (e *engine) bind(feeds data.Feeds) error {
 			}
 		}
 	}
-	var err error
 	if e.trainData, err = newStage(e.train, m, feeds); err != nil {
 		return err
 	}
@@ -382,11 +417,11 @@ func firstErr(what string, errs []error) error {
 	return nil
 }
 
-// forward runs the training graph on the staged batch: the loss and the
-// gradients, accumulated unless reset. It returns the loss. The buffers'
+// forward runs the training graph on the staged batch at the given
+// optimizer step: the loss and the gradients, accumulated unless reset. It returns the loss. The buffers'
 // new values are kept only when the loss is finite.
-func (e *engine) forward(reset bool) (float64, error) {
-	e.reset[0] = reset
+func (e *engine) forward(reset bool, globalStep int64) (float64, error) {
+	e.reset[0], e.globalStep[0] = reset, float32(globalStep)
 	if err := e.trainB[e.p][e.g][e.u].Run(); err != nil {
 		return 0, fmt.Errorf("training graph: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -165,6 +166,7 @@ type recorder struct {
 
 func (r *recorder) OnTrainStart(*callback.State) error { return nil }
 func (r *recorder) OnStepEnd(s *callback.State, res callback.StepResult) error {
+	res.Terms = slices.Clone(res.Terms) // the loop reuses the slice
 	r.results = append(r.results, res)
 	if r.onStep != nil {
 		r.onStep(s)

@@ -86,6 +86,7 @@ type Trainer struct {
 	skippedBad  int64       // bad samples the loader dropped (data.skip_bad_files)
 	cursor      data.Cursor // where the train loader resumes after the last step
 	accum       int
+	terms       []float64 // StepResult.Terms, reused
 	clip        float64
 	valEvery    int64
 	tokens      int64  // tokens per sample for token models, else 0
@@ -237,6 +238,11 @@ func (t *Trainer) step() (callback.StepResult, error) {
 	}
 	ok := true
 	begin := t.cursor
+	if t.terms == nil {
+		t.terms = make([]float64, len(t.eng.termNames))
+	}
+	clear(t.terms)
+	r.TermNames, r.Terms = t.eng.termNames, t.terms
 	for k := range t.accum {
 		b, err := t.train.Next()
 		if err != nil {
@@ -246,11 +252,14 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		if err != nil {
 			return r, err
 		}
-		loss, err := t.eng.forward(k == 0)
+		loss, err := t.eng.forward(k == 0, t.state.Step)
 		if err != nil {
 			return r, err
 		}
 		r.Loss += loss / float64(t.accum)
+		for i, v := range t.eng.terms {
+			t.terms[i] += float64(v[0]) / float64(t.accum)
+		}
 		r.Samples += int64(rows)
 		r.Tokens += realTokens(b, rows, t.tokens)
 		r.Positions += int64(rows) * t.tokens

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -516,6 +517,121 @@ mode = "max"
 	if !(psnr > 0 && psnr < 100) || !(ssim > -1 && ssim <= 1) || !(usage > 0 && usage <= 1) || !(ppl >= 1 && ppl <= 16) {
 		t.Errorf("validation metrics %v: want PSNR in dB, SSIM in (-1, 1], usage in (0, 1], perplexity in [1, 16]", vm)
 	}
+}
+
+// TestGANTrainsFromStartStep: the vqgan3d recipe with both discriminators
+// and discriminator_iter_start 3 logs g_loss, d_loss, d_real and d_fake
+// every step (the adversarial losses zero before step 3, not after), its
+// validation loss is the autoencoder's alone, and a run interrupted at
+// step 2 and resumed repeats the uninterrupted run bit for bit across the
+// start step (the step the graph reads comes back with the checkpoint).
+func TestGANTrainsFromStartStep(t *testing.T) {
+	orttest.Init(t)
+	c, err := config.Parse([]byte(`name = "gan"
+output_dir = "`+t.TempDir()+`"
+[model]
+recipe = "vqgan3d"
+[model.params]
+patch_size = [8, 8, 8]
+channels = 4
+channel_mult = [1, 2]
+res_blocks = 1
+z_channels = 4
+embed_dim = 4
+codebook_size = 16
+groups = 2
+image_gan_weight = 1.0
+video_gan_weight = 0.5
+gan_feat_weight = 4.0
+disc_channels = 4
+disc_layers = 2
+discriminator_iter_start = 3
+[data]
+kind = "synthetic"
+batch_size = 2
+num_workers = 0
+[trainer]
+device = "cpu"
+max_steps = 5
+val_check_interval = 1000
+`), "gan.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	art, m, err := setup.Artifacts(c, t.TempDir(), ort.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.StepInput != graph.GlobalStepInput {
+		t.Fatalf("manifest step input %q, want %q", m.StepInput, graph.GlobalStepInput)
+	}
+	eval, err := graph.Load(filepath.Join(art, artifacts.EvalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range eval.Nodes {
+		for _, in := range n.Inputs {
+			if strings.Contains(in, "discriminator") || in == graph.GlobalStepInput {
+				t.Fatalf("eval graph node %s reads %s: validation must not run the discriminators", n.Name, in)
+			}
+		}
+	}
+	c.Model.Artifacts = art
+	train, _, err := setup.Datasets(c, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &recorder{}
+	fullDir, err := run(t, c, "", "", full, train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range full.results {
+		terms := map[string]float64{}
+		for k, name := range r.TermNames {
+			terms[name] = r.Terms[k]
+		}
+		for _, name := range []string{"g_loss", "d_loss", "d_real", "d_fake", "gan_feat_loss", "rec_loss", "commit_loss"} {
+			if _, ok := terms[name]; !ok {
+				t.Fatalf("step %d logs %v, no %s", i+1, r.TermNames, name)
+			}
+		}
+		on := i+1 > 3 // global step i ≥ 3 from the fourth step on
+		for _, name := range []string{"g_loss", "d_loss", "gan_feat_loss"} {
+			if (terms[name] != 0) != on {
+				t.Errorf("step %d: %s = %g, want it zero before the start step and not after", i+1, name, terms[name])
+			}
+		}
+		if terms["d_real"] == 0 || terms["d_fake"] == 0 {
+			t.Errorf("step %d: d_real %g, d_fake %g: the discriminators' logits are logged from the first step", i+1, terms["d_real"], terms["d_fake"])
+		}
+	}
+	part := &recorder{stopAt: 2}
+	dir, err := run(t, c, "", "", part, train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := &recorder{}
+	if _, err := run(t, c, dir, ck, rest, train); err != nil {
+		t.Fatal(err)
+	}
+	got := append(part.results, rest.results...)
+	if len(got) != len(full.results) {
+		t.Fatalf("interrupted + resumed = %d steps, uninterrupted %d", len(got), len(full.results))
+	}
+	for i := range got {
+		if a, b := full.results[i], got[i]; math.Float64bits(a.Loss) != math.Float64bits(b.Loss) || !slices.Equal(a.Terms, b.Terms) {
+			t.Errorf("step %d: loss %v terms %v, uninterrupted %v %v", i+1, b.Loss, b.Terms, a.Loss, a.Terms)
+		}
+	}
+	equalTensors(t, filepath.Join(fullDir, "checkpoints", "last"), filepath.Join(dir, "checkpoints", "last"))
 }
 
 // badSample fails to load one sample, as a corrupt file would.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ortrain/ortrain/models/internal/nn"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
@@ -30,12 +29,7 @@ func Forward(tb testing.TB, g *graph.Graph, feeds map[string]*ort.Value, names .
 	tb.Helper()
 	orttest.Init(tb)
 	g = g.Clone()
-	for _, n := range g.Nodes {
-		if n.Op == nn.StopGradientOp && n.Domain == nn.StopGradientDomain {
-			n.Op, n.Domain = "Identity", ""
-		}
-	}
-	delete(g.Domains, nn.StopGradientDomain)
+	g.StripStopGradients() // and the other ortrain markers, as training runs them
 	if len(names) > 0 {
 		// Only what is asked for: an exported graph may declare outputs
 		// whose type nothing here infers.
