@@ -15,6 +15,7 @@ package models
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 
@@ -54,6 +55,9 @@ type Recipe struct {
 	// parts builds a named part of the model for inference (no loss), its
 	// parameters named as in the whole; nil when the recipe has none.
 	parts map[string]func(params map[string]any) (*graph.Graph, error)
+	// added says which modules a configuration adds to a checkpoint's
+	// while leaving the rest of the computation as it was (nil: none can).
+	added func(old, now map[string]any) ([]string, error)
 }
 
 // recipes is the registry, by name: the one list of recipes, which config
@@ -63,7 +67,8 @@ var recipes = map[string]Recipe{
 		build: buildResNet, check: checker("resnet", resnet.Default)},
 	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)",
 		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default),
-		parts: map[string]func(map[string]any) (*graph.Graph, error){"encoder": vqganEncoder, "decoder": vqganDecoder}},
+		parts: map[string]func(map[string]any) (*graph.Graph, error){"encoder": vqganEncoder, "decoder": vqganDecoder},
+		added: vqganAdded},
 	"bd3lm": {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)",
 		build: buildLM, check: checker("bd3lm", diffusionlm.Default)},
 }
@@ -112,6 +117,42 @@ func Check(name string, params map[string]any) (int64, error) {
 		return 0, &Error{fmt.Sprintf("unknown recipe %q; known: %s", name, strings.Join(Names(), ", "))}
 	}
 	return r.check(params)
+}
+
+// Added returns the name prefixes of the parameters that the recipe's
+// parameters now add to a model built with old, when that is all they
+// change: a resumed run initialises those modules afresh and loads the
+// rest from the checkpoint (the VQ-GAN's discriminators, turned on after
+// an L1-only stage). ok is false when the change is anything else.
+func Added(name string, old, now map[string]any) (prefixes []string, ok bool) {
+	r, found := recipes[name]
+	if !found || r.added == nil {
+		return nil, false
+	}
+	prefixes, err := r.added(old, now)
+	return prefixes, err == nil && len(prefixes) > 0
+}
+
+// vqganAdded: a configuration that turns discriminators on over a
+// checkpoint of a run without any, changing no other parameter.
+func vqganAdded(old, now map[string]any) ([]string, error) {
+	a, b := vqgan.Default(), vqgan.Default()
+	if err := decode("vqgan3d", old, &a); err != nil {
+		return nil, err
+	}
+	if err := decode("vqgan3d", now, &b); err != nil {
+		return nil, err
+	}
+	if a.GAN() || !b.GAN() {
+		return nil, fmt.Errorf("not a change from no discriminator to some")
+	}
+	added := b.Discriminators()
+	b.ImageGANWeight, b.VideoGANWeight, b.GANFeatWeight, b.DiscIterStart = a.ImageGANWeight, a.VideoGANWeight, a.GANFeatWeight, a.DiscIterStart
+	b.DiscChannels, b.DiscLayers, b.DiscNorm, b.DiscLossType = a.DiscChannels, a.DiscLayers, a.DiscNorm, a.DiscLossType
+	if !reflect.DeepEqual(a, b) {
+		return nil, fmt.Errorf("other parameters change too")
+	}
+	return added, nil
 }
 
 // Parts lists the parts a recipe can export on their own, sorted.

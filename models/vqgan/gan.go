@@ -48,6 +48,24 @@ const (
 // GAN reports whether the configuration trains discriminators.
 func (c Config) GAN() bool { return c.ImageGANWeight > 0 || c.VideoGANWeight > 0 }
 
+// Discriminators lists the name prefixes of the discriminators in use.
+func (c Config) Discriminators() []string {
+	var out []string
+	if c.ImageGANWeight > 0 {
+		out = append(out, ImageDiscriminator)
+	}
+	if c.VideoGANWeight > 0 {
+		out = append(out, VideoDiscriminator)
+	}
+	return out
+}
+
+// Name prefixes of the discriminators' parameters.
+const (
+	ImageDiscriminator = "image_discriminator."
+	VideoDiscriminator = "video_discriminator."
+)
+
 // validateGAN reports the first adversarial setting Build cannot use.
 func (c Config) validateGAN() error {
 	for _, w := range []struct {
@@ -254,10 +272,10 @@ func (m *model) adversarial(x, recon string) (extra string, outs []string) {
 	}
 	var sides []*side
 	if c.ImageGANWeight > 0 {
-		sides = append(sides, &side{weight: c.ImageGANWeight, prefix: "image_discriminator.", spatial: 2, real: frames, fake: framesRecon})
+		sides = append(sides, &side{weight: c.ImageGANWeight, prefix: ImageDiscriminator, spatial: 2, real: frames, fake: framesRecon})
 	}
 	if c.VideoGANWeight > 0 {
-		sides = append(sides, &side{weight: c.VideoGANWeight, prefix: "video_discriminator.", spatial: 3, real: x, fake: recon})
+		sides = append(sides, &side{weight: c.VideoGANWeight, prefix: VideoDiscriminator, spatial: 3, real: x, fake: recon})
 	}
 	var gSum, dSum, featSum, realSum, fakeSum string
 	add := func(acc *string, v string) {

@@ -27,6 +27,9 @@ type Options struct {
 	Out   string       // --out: the artifact directory
 	// Overwrite lets Build replace the artifact files in a non-empty Out.
 	Overwrite bool
+	// ConfigHash records the run configuration the artifacts are built
+	// for (config.Config.Hash), when a run builds them.
+	ConfigHash string
 	// Loss is --loss: mse, l1, cross_entropy, bce_with_logits or
 	// output:NAME; "" means output:loss when the model has a scalar output
 	// named loss.
@@ -143,7 +146,7 @@ func Build(opts Options) (*Manifest, error) {
 		Files: map[string]string{"training": TrainingFile, "eval": EvalFile, "optimizer": OptimizerFile, "weights": WeightsFile},
 		Reset: Reset, Loss: loss.Name, LossSpec: spec, Outputs: slices.Clone(g.Outputs),
 		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"},
-		Recompute: opts.Recompute}
+		Recompute: opts.Recompute, ConfigHash: opts.ConfigHash}
 	var weights []safetensors.Tensor
 	var params []optim.Param
 	var trainable []string

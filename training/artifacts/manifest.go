@@ -146,6 +146,9 @@ type Manifest struct {
 	// LossScaleInput names the training graph's loss-scale input (float16
 	// compute only; see LossScale).
 	LossScaleInput string `json:"loss_scale_input,omitempty"`
+	// ConfigHash is the hash of the run configuration the artifacts were
+	// built for (config.Config.Hash); "" when built by `artifacts build`.
+	ConfigHash string `json:"config_hash,omitempty"`
 	// StepInput is the training graph's graph.GlobalStepInput when the
 	// model reads the optimizer step (a loss term starting at a step);
 	// the trainer feeds it. Eval graphs never read it.

@@ -320,12 +320,28 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 			return "", nil, &config.Error{Key: "model.onnx", Msg: err.Error()}
 		}
 	}
-	out := filepath.Join(runDir, "artifacts")
-	if m, err := artifacts.Load(out); err == nil {
-		if err := matches(out, m); err != nil {
+	// A run directory keeps the artifacts of each configuration it trained
+	// under: "artifacts" for the first, "artifacts-<hash>" for one a
+	// resume changed (discriminators turned on), so each checkpoint's
+	// configuration finds the graphs it was trained with.
+	hash, err := c.Hash()
+	if err != nil {
+		return "", nil, err
+	}
+	out := "" // the first that is not there is where to build
+	for _, dir := range []string{filepath.Join(runDir, "artifacts"), filepath.Join(runDir, "artifacts-"+hash[:12])} {
+		m, err := artifacts.Load(dir)
+		if err != nil {
+			out = cmp.Or(out, dir)
+			continue
+		}
+		if m.ConfigHash != "" && m.ConfigHash != hash {
+			continue // another configuration's
+		}
+		if err := matches(dir, m); err != nil {
 			return "", nil, err
 		}
-		return out, m, nil // built by the run being resumed
+		return dir, m, nil // built by the run being resumed
 	}
 	o := c.Optimizer
 	// The resolved config holds every value: a zero weight decay is zero.
@@ -337,7 +353,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	if o.DecayBiasAndNorm {
 		oc.NoDecay = []string{} // every parameter decays; nil exempts rank ≤ 1
 	}
-	opts := artifacts.Options{Model: mc.ONNX, Out: out, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute, InputShapes: mc.InputShapes,
+	opts := artifacts.Options{Model: mc.ONNX, Out: out, ConfigHash: hash, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute, InputShapes: mc.InputShapes,
 		SoftTargets: c.Data.Kind == config.KindImages && c.Data.Images.Mixes()}
 	if mixed {
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)

@@ -6,8 +6,10 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"unsafe"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
@@ -538,13 +540,34 @@ func (e *engine) tensors() []checkpoint.Tensor {
 }
 
 // restore loads the tensors of a checkpoint into the current buffers.
-func (e *engine) restore(f *safetensors.File) error {
-	for _, nv := range e.current() {
-		if err := e.readInto(f, nv.name, nv.v); err != nil {
-			return err
+// A parameter under one of the name prefixes added that the checkpoint
+// lacks keeps its initial value, and its optimizer state its zeros; fresh
+// counts those parameters' scalars.
+func (e *engine) restore(f *safetensors.File, added []string) (fresh int64, err error) {
+	isAdded := func(name string) bool {
+		return slices.ContainsFunc(added, func(p string) bool { return strings.HasPrefix(name, p) })
+	}
+	keep := map[string]bool{}
+	for _, p := range e.m.Params {
+		if _, inFile := f.Info(p.Name); !inFile && isAdded(p.Name) {
+			keep[p.Name] = true
+			fresh += dtype.Numel(p.Shape)
 		}
 	}
-	return nil
+	for _, st := range e.m.Optimizer.States {
+		if _, inFile := f.Info(st.Name); !inFile && keep[st.Param] {
+			keep[st.Name] = true
+		}
+	}
+	for _, nv := range e.current() {
+		if keep[nv.name] {
+			continue
+		}
+		if err := e.readInto(f, nv.name, nv.v); err != nil {
+			return 0, err
+		}
+	}
+	return fresh, nil
 }
 
 func (e *engine) close() {

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/metrics"
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
@@ -165,7 +167,7 @@ func New(o Options) (t *Trainer, err error) {
 		return t, err
 	}
 	if o.Resume != "" {
-		if err := t.restore(o.Resume); err != nil {
+		if err := t.restore(o.Resume, o.Progress); err != nil {
 			return t, err
 		}
 	}
@@ -491,18 +493,24 @@ func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Ten
 
 // restore continues from the checkpoint in dir: tensors back onto the
 // device, step, epoch, loader position, schedule and callback state.
-func (t *Trainer) restore(dir string) error {
+func (t *Trainer) restore(dir string, log io.Writer) error {
 	ck, err := checkpoint.Load(dir)
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}
 	defer ck.Close()
 	st := ck.State
-	if st.ConfigHash != t.configHash {
-		return configChanged(dir, st.Config, t.cfg)
+	added, err := resumable(t.cfg, dir, st.ConfigHash, st.Config)
+	if err != nil {
+		return err
 	}
-	if err := t.eng.restore(ck.Tensors); err != nil {
+	fresh, err := t.eng.restore(ck.Tensors, added)
+	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
+	if len(added) > 0 && log != nil {
+		fmt.Fprintf(log, "ortrain: resuming step %d with modules the checkpoint has not (%s): %d parameters start from their initial values, their optimizer state from zero; the rest continues\n",
+			st.Step, strings.Join(added, ", "), fresh)
 	}
 	var ss schedState
 	if err := json.Unmarshal(st.Scheduler, &ss); err != nil {
@@ -533,14 +541,33 @@ func CheckResume(c *config.Config, dir string) error {
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}
-	hash, err := c.Hash()
+	_, err = resumable(c, dir, st.ConfigHash, st.Config)
+	return err
+}
+
+// resumable checks a checkpoint's configuration (hash and TOML, as its
+// state records them) against c: the same computation, or c only adds
+// modules the recipe can initialise afresh, whose name prefixes it
+// returns (models.Added: discriminators turned on after an L1 stage).
+func resumable(c *config.Config, dir, hash, saved string) (added []string, err error) {
+	now, err := c.Hash()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if st.ConfigHash != hash {
-		return configChanged(dir, st.Config, c)
+	if hash == now {
+		return nil, nil
 	}
-	return nil
+	old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile))
+	if err == nil && c.Model.Recipe != "" && old.Model.Recipe == c.Model.Recipe {
+		if diff, err := config.Diff(old, c); err == nil && !slices.ContainsFunc(diff, func(k string) bool {
+			return !strings.HasPrefix(k, "model.params.") && !strings.HasSuffix(k, "(volatile)")
+		}) {
+			if added, ok := models.Added(c.Model.Recipe, old.Model.Params, c.Model.Params); ok {
+				return added, nil
+			}
+		}
+	}
+	return nil, configChanged(dir, saved, c)
 }
 
 func configChanged(dir, saved string, now *config.Config) error {

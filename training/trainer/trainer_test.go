@@ -526,49 +526,16 @@ mode = "max"
 // step 2 and resumed repeats the uninterrupted run bit for bit across the
 // start step (the step the graph reads comes back with the checkpoint).
 func TestGANTrainsFromStartStep(t *testing.T) {
-	orttest.Init(t)
-	c, err := config.Parse([]byte(`name = "gan"
-output_dir = "`+t.TempDir()+`"
-[model]
-recipe = "vqgan3d"
-[model.params]
-patch_size = [8, 8, 8]
-channels = 4
-channel_mult = [1, 2]
-res_blocks = 1
-z_channels = 4
-embed_dim = 4
-codebook_size = 16
-groups = 2
-image_gan_weight = 1.0
+	c, m, train := ganConfig(t, `image_gan_weight = 1.0
 video_gan_weight = 0.5
 gan_feat_weight = 4.0
 disc_channels = 4
 disc_layers = 2
-discriminator_iter_start = 3
-[data]
-kind = "synthetic"
-batch_size = 2
-num_workers = 0
-[trainer]
-device = "cpu"
-max_steps = 5
-val_check_interval = 1000
-`), "gan.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Resolve(); err != nil {
-		t.Fatal(err)
-	}
-	art, m, err := setup.Artifacts(c, t.TempDir(), ort.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+discriminator_iter_start = 3`)
 	if m.StepInput != graph.GlobalStepInput {
 		t.Fatalf("manifest step input %q, want %q", m.StepInput, graph.GlobalStepInput)
 	}
-	eval, err := graph.Load(filepath.Join(art, artifacts.EvalFile))
+	eval, err := graph.Load(filepath.Join(c.Model.Artifacts, artifacts.EvalFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,11 +545,6 @@ val_check_interval = 1000
 				t.Fatalf("eval graph node %s reads %s: validation must not run the discriminators", n.Name, in)
 			}
 		}
-	}
-	c.Model.Artifacts = art
-	train, _, err := setup.Datasets(c, m)
-	if err != nil {
-		t.Fatal(err)
 	}
 	full := &recorder{}
 	fullDir, err := run(t, c, "", "", full, train)
@@ -632,6 +594,112 @@ val_check_interval = 1000
 		}
 	}
 	equalTensors(t, filepath.Join(fullDir, "checkpoints", "last"), filepath.Join(dir, "checkpoints", "last"))
+}
+
+// ganConfig is a tiny vqgan3d run on synthetic volumes, 5 steps, with
+// extra [model.params] lines, its artifacts built, and its training set.
+func ganConfig(t *testing.T, params string) (*config.Config, *artifacts.Manifest, data.Dataset) {
+	orttest.Init(t)
+	c, err := config.Parse([]byte(`name = "gan"
+output_dir = "`+t.TempDir()+`"
+[model]
+recipe = "vqgan3d"
+[model.params]
+patch_size = [8, 8, 8]
+channels = 4
+channel_mult = [1, 2]
+res_blocks = 1
+z_channels = 4
+embed_dim = 4
+codebook_size = 16
+groups = 2
+`+params+`
+[data]
+kind = "synthetic"
+batch_size = 2
+num_workers = 0
+[trainer]
+device = "cpu"
+max_steps = 5
+val_check_interval = 1000
+[optimizer]
+weight_decay = 0.0
+`), "gan.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	art, m, err := setup.Artifacts(c, t.TempDir(), ort.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Model.Artifacts = art
+	train, _, err := setup.Datasets(c, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, m, train
+}
+
+// TestResumeTurnsGANOn: the anchors' second stage. A checkpoint of an
+// L1-only run resumed under a configuration that turns the discriminators
+// on (and changes nothing else) continues the step count and data order
+// with the autoencoder and its optimizer state as saved and the
+// discriminators at their initial values; a resume that also changes
+// another parameter is refused before anything is written.
+func TestResumeTurnsGANOn(t *testing.T) {
+	l1, _, train := ganConfig(t, "")
+	part := &recorder{stopAt: 2}
+	dir, err := run(t, l1, "", "", part, train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gan, m, _ := ganConfig(t, "image_gan_weight = 1.0\nvideo_gan_weight = 0.5\ndisc_channels = 4\ndisc_layers = 2\ndiscriminator_iter_start = 3")
+	if err := CheckResume(gan, ck); err != nil {
+		t.Fatalf("turning the discriminators on is refused: %v", err)
+	}
+	other, _, _ := ganConfig(t, "beta = 0.5\nimage_gan_weight = 1.0")
+	if err := CheckResume(other, ck); err == nil || !strings.Contains(err.Error(), "model.params.beta") {
+		t.Errorf("resume that also changes beta: err = %v, want a refusal naming model.params.beta", err)
+	}
+	rest := &recorder{}
+	if _, err := run(t, gan, dir, ck, rest, train); err != nil {
+		t.Fatal(err)
+	}
+	if len(rest.results) != 3 {
+		t.Fatalf("resumed run did %d steps, want 3 (steps 3 to 5)", len(rest.results))
+	}
+	// Before their start step the discriminators get zero gradients and,
+	// without weight decay, do not move: a run with them on from the
+	// start takes the same steps as the L1 stage and its resume.
+	whole := &recorder{}
+	if _, err := run(t, gan, "", "", whole, train); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range append(part.results, rest.results...) {
+		if a := whole.results[i].Loss; math.Abs(a-r.Loss) > 1e-6*math.Abs(a) {
+			t.Errorf("step %d: loss %v after the L1 stage and the resume, %v with the discriminators from the start", i+1, r.Loss, a)
+		}
+	}
+	final, err := checkpoint.Load(filepath.Join(dir, "checkpoints", "last"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer final.Close()
+	if final.State.Step != 5 {
+		t.Errorf("last checkpoint at step %d, want 5", final.State.Step)
+	}
+	for _, p := range m.Params {
+		if _, ok := final.Tensors.Info(p.Name); !ok {
+			t.Errorf("last checkpoint lacks %s", p.Name)
+		}
+	}
 }
 
 // badSample fails to load one sample, as a corrupt file would.
