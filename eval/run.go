@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,42 +40,94 @@ func RunReport(dir string, env []report.KV) (report.Report, error) {
 	return r, nil
 }
 
-// charts puts the training and validation losses on one chart, the
-// learning rate and gradient norm on charts of their own, and groups the
-// remaining metrics by the prefix before "/" (gpu/util, gpu/memory ...);
-// the epoch counter gets none.
+// charts draws metrics.csv as charts whose curves share a unit, so each
+// reads on its own linear axis: the training and validation losses
+// together (log axis when all positive), the model's other loss terms
+// together, the adversarial losses, the discriminator's logits, top-1 with
+// top-5, each other validation metric (PSNR, SSIM, codebook usage,
+// perplexity...) on its own, and the remaining metrics grouped by the
+// prefix before "/" (gpu/util, gpu/memory ...). The epoch counter gets
+// none: the last-values table has it.
 func charts(series []logging.Series) []report.Chart {
-	var loss, rest []report.Series
+	var order []string
 	groups := map[string][]report.Series{}
 	for _, s := range series {
-		rs := report.Series{Name: s.Name, Step: s.Step, Value: s.Value}
-		switch {
-		case s.Name == "epoch": // a staircase; the last-values table has it
-		case s.Name == "loss" || strings.HasSuffix(s.Name, "/loss"):
-			loss = append(loss, rs)
-		case strings.Contains(s.Name, "/"):
-			p := s.Name[:strings.Index(s.Name, "/")]
-			groups[p] = append(groups[p], rs)
-		default:
-			rest = append(rest, rs)
+		title := chartOf(s.Name)
+		if title == "" {
+			continue
 		}
+		if _, seen := groups[title]; !seen {
+			order = append(order, title)
+		}
+		groups[title] = append(groups[title], report.Series{Name: s.Name, Step: s.Step, Value: s.Value})
 	}
+	// The loss first, then the order of the table's sections.
+	rank := func(t string) int {
+		if i := slices.Index([]string{chartLoss, chartTerms, chartAdversarial, chartLogits}, t); i >= 0 {
+			return i
+		}
+		if strings.HasPrefix(t, "val/") || t == chartAccuracy {
+			return 4
+		}
+		if len(groups[t]) == 1 && groups[t][0].Name == t {
+			return 5 // a metric of its own: lr, grad_norm
+		}
+		return 6 // a prefix's group: gpu, throughput, time
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		if ra, rb := rank(order[a]), rank(order[b]); ra != rb {
+			return ra < rb
+		}
+		return rank(order[a]) == 6 && order[a] < order[b]
+	})
 	var out []report.Chart
-	if len(loss) > 0 {
-		out = append(out, report.Chart{Title: "Loss", XLabel: "step", YLabel: "loss", LogY: allPositive(loss), Series: loss})
-	}
-	for _, s := range rest {
-		out = append(out, report.Chart{Title: s.Name, XLabel: "step", YLabel: s.Name, Series: []report.Series{s}})
-	}
-	prefixes := make([]string, 0, len(groups))
-	for p := range groups {
-		prefixes = append(prefixes, p)
-	}
-	sort.Strings(prefixes)
-	for _, p := range prefixes {
-		out = append(out, report.Chart{Title: p, XLabel: "step", Series: groups[p]})
+	for _, title := range order {
+		ss := groups[title]
+		c := report.Chart{Title: title, XLabel: "step", Series: ss}
+		switch title {
+		case chartLoss, chartTerms:
+			c.YLabel, c.LogY = "loss", allPositive(ss)
+		case chartAdversarial:
+			c.YLabel = "loss"
+		case chartLogits:
+			c.YLabel = "mean logit"
+		}
+		if len(ss) == 1 {
+			c.YLabel = ss[0].Name
+		}
+		out = append(out, c)
 	}
 	return out
+}
+
+// Chart titles shared by several metrics.
+const (
+	chartLoss        = "Loss"
+	chartTerms       = "Loss terms"
+	chartAdversarial = "Adversarial losses"
+	chartLogits      = "Discriminator logits"
+	chartAccuracy    = "Accuracy"
+)
+
+// chartOf names the chart a metric goes on ("" for none).
+func chartOf(name string) string {
+	switch {
+	case name == "epoch":
+		return ""
+	case name == "loss" || name == "train/loss" || name == "val/loss":
+		return chartLoss
+	case name == "train/g_loss" || name == "train/d_loss":
+		return chartAdversarial
+	case name == "train/d_real" || name == "train/d_fake":
+		return chartLogits
+	case strings.HasPrefix(name, "train/") && strings.HasSuffix(name, "loss"):
+		return chartTerms
+	case name == "val/top1" || name == "val/top5":
+		return chartAccuracy
+	case strings.HasPrefix(name, "val/"), strings.HasPrefix(name, "train/"), !strings.Contains(name, "/"):
+		return name
+	}
+	return name[:strings.Index(name, "/")]
 }
 
 func allPositive(ss []report.Series) bool {

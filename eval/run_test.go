@@ -49,3 +49,42 @@ func TestRunReportFromMetricsCSV(t *testing.T) {
 		t.Errorf("a directory without metrics.csv gave %v", err)
 	}
 }
+
+// TestRunReportChartsOfAVQGAN: a VQ-GAN run's metrics land on charts whose
+// curves share a unit: losses, loss terms, adversarial losses,
+// discriminator logits, then PSNR, SSIM and codebook usage each on its
+// own, then the rest.
+func TestRunReportChartsOfAVQGAN(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "gan", "version_0")
+	os.MkdirAll(dir, 0o755)
+	c, err := logging.OpenCSV(filepath.Join(dir, "metrics.csv"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := int64(1); step <= 4; step++ {
+		c.Log(step, map[string]float64{"train/loss": 1, "train/rec_loss": 0.5, "train/commit_loss": 0.1, "train/g_loss": 0.2, "train/d_loss": 1,
+			"train/d_real": 0.3, "train/d_fake": -0.3, "train/skipped_steps": 0, "lr": 1e-4, "grad_norm": 2, "throughput/samples_per_s": 5, "epoch": 0})
+		if step%2 == 0 {
+			c.Log(step, map[string]float64{"val/loss": 1, "val/psnr": 20, "val/ssim": 0.5, "val/codebook_usage": 0.9})
+		}
+	}
+	c.Close()
+	r, err := eval.RunReport(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ch := range r.Charts {
+		var names []string
+		for _, s := range ch.Series {
+			names = append(names, s.Name)
+		}
+		got = append(got, ch.Title+"("+strings.Join(names, " ")+")")
+	}
+	want := "Loss(train/loss val/loss) Loss terms(train/commit_loss train/rec_loss) Adversarial losses(train/d_loss train/g_loss) " +
+		"Discriminator logits(train/d_fake train/d_real) val/codebook_usage(val/codebook_usage) val/psnr(val/psnr) val/ssim(val/ssim) " +
+		"grad_norm(grad_norm) lr(lr) train/skipped_steps(train/skipped_steps) throughput(throughput/samples_per_s)"
+	if strings.Join(got, " ") != want {
+		t.Errorf("charts\n%s\nwant\n%s", strings.Join(got, " "), want)
+	}
+}

@@ -83,6 +83,7 @@ func quickstart(c *cli.Context) error {
 		}
 		for i, v := range res.Reports {
 			v.Name = fmt.Sprintf("%s at step %d", filepath.Base(v.Name), res.Step)
+			v.Group = fmt.Sprintf("checkpoint of step %d", res.Step)
 			r.Volumes = append(r.Volumes, v)
 			fmt.Fprintf(c.App.Writer, "step %4d  %-28s PSNR %6.2f dB  SSIM %.4f\n", res.Step, filepath.Base(res.Volumes[i].Name), res.Volumes[i].PSNR, res.Volumes[i].SSIM)
 		}

@@ -45,6 +45,10 @@ type Report struct {
 // VolumeResult is one evaluated volume.
 type VolumeResult struct {
 	Name string
+	// Group is what the volume's metrics summarise with ("step 400": the
+	// checkpoint that reconstructed it); the summary never pools volumes
+	// of different groups.
+	Group string
 	// Shape is the volume's size (axis 0, 1, 2) in C order, axis 2 fastest.
 	// The views are named for a NIfTI volume read in that order (axis 0 =
 	// NIfTI k, inferior–superior; axis 1 = j, posterior–anterior; axis 2 =
@@ -128,7 +132,7 @@ type model struct {
 	Generated string
 	Metrics   []string
 	Volumes   []volumeModel
-	Summary   []summaryRow
+	Summary   []summaryTable
 	Tables    []Table
 	Charts    []renderedChart
 	Config    string
@@ -171,6 +175,13 @@ type tick struct {
 	Label   string
 }
 
+// summaryTable summarises the volumes of one group.
+type summaryTable struct {
+	Group string // "" when the report has one group
+	N     int    // volumes in the group
+	Rows  []summaryRow
+}
+
 type summaryRow struct {
 	Metric         string
 	Mean, Std, Min string
@@ -206,7 +217,17 @@ func build(r Report) (*model, error) {
 		}
 		m.Volumes = append(m.Volumes, vm)
 	}
-	m.Summary = summarise(r.Volumes, m.Metrics)
+	var groups []string
+	byGroup := map[string][]VolumeResult{}
+	for _, v := range r.Volumes {
+		if _, seen := byGroup[v.Group]; !seen {
+			groups = append(groups, v.Group)
+		}
+		byGroup[v.Group] = append(byGroup[v.Group], v)
+	}
+	for _, g := range groups {
+		m.Summary = append(m.Summary, summaryTable{Group: g, N: len(byGroup[g]), Rows: summarise(byGroup[g], m.Metrics)})
+	}
 	for _, c := range r.Charts {
 		rc, err := c.render()
 		if err != nil {

@@ -270,6 +270,28 @@ func TestSummary(t *testing.T) {
 	}
 }
 
+// TestSummaryPerGroup: volumes of different groups (the first and the
+// last checkpoint's reconstructions) are summarised apart, never averaged
+// together.
+func TestSummaryPerGroup(t *testing.T) {
+	s := [3]int{4, 5, 6}
+	vol := func(group string, psnr float64) VolumeResult {
+		return VolumeResult{Name: "v", Group: group, Shape: s, Input: make([]float32, 120), Recon: make([]float32, 120),
+			Metrics: map[string]float64{"PSNR": psnr}}
+	}
+	m, err := build(Report{Volumes: []VolumeResult{vol("step 10", 10), vol("step 10", 12), vol("step 400", 30), vol("step 400", 32)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Summary) != 2 || m.Summary[0].Group != "step 10" || m.Summary[0].Rows[0].Mean != "11" || m.Summary[1].Rows[0].Mean != "31" {
+		t.Errorf("summaries %+v: want step 10 (mean 11) and step 400 (mean 31) apart", m.Summary)
+	}
+	page, _ := render(t, Report{Volumes: []VolumeResult{vol("step 10", 10), vol("step 400", 30)}})
+	if !strings.Contains(page, "Summary over 1 volume, step 10") || !strings.Contains(page, "Summary over 1 volume, step 400") {
+		t.Errorf("the page does not head each group's summary")
+	}
+}
+
 // TestRenderErrors checks that bad input gives an error that names what is
 // wrong, never a panic or a half-written page.
 func TestRenderErrors(t *testing.T) {
