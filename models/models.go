@@ -44,6 +44,11 @@ type Model struct {
 	// ParamCount is the recipe's closed-form count of trained scalars;
 	// CountParams(Graph) equals it.
 	ParamCount int64
+	// ClipGroups are the name prefixes of modules the reference trains
+	// with an optimizer of their own (a GAN's discriminators), whose
+	// gradients gradient clipping scales by their own norm
+	// (optim.Config.ClipGroups).
+	ClipGroups []string
 }
 
 // Recipe is one entry of the registry.
@@ -273,7 +278,7 @@ func buildVQGAN(params map[string]any) (*Model, error) {
 		return nil, &Error{err.Error()}
 	}
 	return &Model{Graph: g, Loss: loss.Output + ":" + loss.Name,
-		Feeds: map[string]string{vqgan.Input: "volume"}, ParamCount: c.ParamCount()}, nil
+		Feeds: map[string]string{vqgan.Input: "volume"}, ParamCount: c.ParamCount(), ClipGroups: c.Discriminators()}, nil
 }
 
 // LMConfig decodes the bd3lm recipe's parameters (as model.params gives

@@ -8,6 +8,7 @@ package optim
 import (
 	"fmt"
 	"path"
+	"strings"
 
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/graph"
@@ -62,6 +63,11 @@ type Config struct {
 	// ema ← d·ema + (1−d)·w after each update (a copy of w at the first),
 	// as optimizer state EMAName(param); 0 keeps none.
 	EMADecay float64 `json:"ema_decay,omitempty"`
+	// ClipGroups are name prefixes of parameters clipped apart from the
+	// rest: each prefix's gradients are scaled by their own norm, as
+	// Lightning clips each optimizer's parameters (a GAN's discriminator
+	// and generator). grad_norm stays the norm of all gradients.
+	ClipGroups []string `json:"clip_groups,omitempty"`
 	// Exact takes every value as given, so that a zero weight decay or
 	// momentum means zero rather than "use the default". Callers holding a
 	// resolved configuration set it.
@@ -158,6 +164,9 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 	var states []State
 	grads := make([]string, len(params))
 	var sq []string
+	// group[i] is params[i]'s clipping group: 1+j for ClipGroups[j], 0
+	// for the rest.
+	group := make([]int, len(params))
 	for i, p := range params {
 		if !p.Info.Float() || !p.Info.Known {
 			return nil, nil, &Error{fmt.Sprintf("parameter %q is %v, not a floating tensor", p.Name, p.Info)}
@@ -166,12 +175,36 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		g.AddInput(GradName(p.Name), p.Info)
 		grads[i] = b.Mul(GradName(p.Name), like(b, GradScale, p))
 		sq = append(sq, b.Cast(b.ReduceSum(b.Mul(grads[i], grads[i]), false), dtype.Float32))
+		for j, prefix := range c.ClipGroups {
+			if strings.HasPrefix(p.Name, prefix) {
+				group[i] = 1 + j
+				break
+			}
+		}
 	}
 	norm := b.Sqrt(b.Sum(sq...))
 	b.OpInto(GradNorm, "Identity", []string{norm})
 	one := b.Scalar(dtype.Float32, 1)
-	clipped := b.Min(one, b.Div(ClipNorm, b.Add(norm, b.Scalar(dtype.Float32, 1e-6))))
-	factor := b.Where(b.Greater(ClipNorm, b.Scalar(dtype.Float32, 0)), clipped, one)
+	clipFactor := func(norm string) string {
+		clipped := b.Min(one, b.Div(ClipNorm, b.Add(norm, b.Scalar(dtype.Float32, 1e-6))))
+		return b.Where(b.Greater(ClipNorm, b.Scalar(dtype.Float32, 0)), clipped, one)
+	}
+	factors := map[int]string{}
+	for gi := range 1 + len(c.ClipGroups) {
+		var members []string
+		for i := range params {
+			if group[i] == gi {
+				members = append(members, sq[i])
+			}
+		}
+		switch {
+		case len(members) == 0:
+		case len(members) == len(params):
+			factors[gi] = clipFactor(norm) // one group: the global norm
+		default:
+			factors[gi] = clipFactor(b.Sqrt(b.Sum(members...)))
+		}
+	}
 
 	var bc1, bc2 string
 	var zeros []string
@@ -181,7 +214,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		bc2 = b.Sub(one, b.Pow(b.Scalar(dtype.Float32, c.Beta2), Step))
 	}
 	for i, p := range params {
-		gr := b.Mul(grads[i], like(b, factor, p))
+		gr := b.Mul(grads[i], like(b, factors[group[i]], p))
 		k := func(v float64) string { return b.ScalarLike(p.Name, v) }
 		lr := like(b, LR, p)
 		decay := c.Decays(p) && c.WeightDecay != 0

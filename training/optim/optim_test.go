@@ -3,6 +3,7 @@ package optim_test
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
@@ -31,11 +32,27 @@ func reference(c optim.Config, p, g [][]float64, decays []bool, lr, scale, clip 
 		}
 		norm := math.Sqrt(sq)
 		norms = append(norms, norm)
-		f := scale
-		if clip > 0 {
-			f *= math.Min(1, clip/(norm+1e-6))
+		// A parameter in a clip group (the names are w, b) is clipped by
+		// the norm of its group's gradients alone.
+		groupOf := func(i int) string {
+			for _, prefix := range c.ClipGroups {
+				if strings.HasPrefix([]string{"w", "b"}[i], prefix) {
+					return prefix
+				}
+			}
+			return ""
+		}
+		groupSq := map[string]float64{}
+		for i := range g {
+			for _, x := range g[i] {
+				groupSq[groupOf(i)] += x * scale * x * scale
+			}
 		}
 		for i := range p {
+			f := scale
+			if clip > 0 {
+				f *= math.Min(1, clip/(math.Sqrt(groupSq[groupOf(i)])+1e-6))
+			}
 			wd := 0.0
 			if decays[i] {
 				wd = c.WeightDecay
@@ -79,6 +96,10 @@ func TestOptimizerMatchesReference(t *testing.T) {
 		{"sgd momentum", optim.Config{Kind: optim.SGD, WeightDecay: 0.01}, 1, 0},
 		{"sgd nesterov clipped", optim.Config{Kind: optim.SGD, Nesterov: true, WeightDecay: 0.01}, 1, 0.5},
 		{"adamw with weight ema", optim.Config{Kind: optim.AdamW, EMADecay: 0.9}, 1, 0},
+		// b's gradient (norm 0.73) alone passes under the threshold that
+		// clips w's (1.3): b must keep its full step. SGD, because Adam's
+		// update hardly changes when a step's gradients are all scaled.
+		{"sgd clipped in two groups", optim.Config{Kind: optim.SGD, ClipGroups: []string{"b"}}, 1, 0.9},
 	}
 	orttest.Init(t)
 	for _, c := range cases {

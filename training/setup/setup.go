@@ -365,6 +365,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 			return "", nil, &config.Error{Key: "model.params", Msg: err.Error()}
 		}
 		opts.Graph, opts.Loss, opts.LabelSmoothing = rm.Graph, rm.Loss, rm.LabelSmoothing
+		opts.Optimizer.ClipGroups = rm.ClipGroups
 		source = "recipe " + mc.Recipe
 	} else {
 		opts.Loss = loss.FlagFor(mc.Loss)
