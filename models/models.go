@@ -44,6 +44,9 @@ type Model struct {
 	// ParamCount is the recipe's closed-form count of trained scalars;
 	// CountParams(Graph) equals it.
 	ParamCount int64
+	// Frozen are globs of parameters the recipe keeps frozen (a
+	// perceptual network's), added to model.frozen.
+	Frozen []string
 	// ClipGroups are the name prefixes of modules the reference trains
 	// with an optimizer of their own (a GAN's discriminators), whose
 	// gradients gradient clipping scales by their own norm
@@ -124,22 +127,25 @@ func Check(name string, params map[string]any) (int64, error) {
 	return r.check(params)
 }
 
-// Added returns the name prefixes of the parameters that the recipe's
-// parameters now add to a model built with old, when that is all they
-// change: a resumed run initialises those modules afresh and loads the
-// rest from the checkpoint (the VQ-GAN's discriminators, turned on after
-// an L1-only stage). ok is false when the change is anything else.
+// Added reports whether the recipe's parameters now only add modules to
+// a model built with old (the VQ-GAN's discriminators and perceptual
+// term, turned on after an L1-only stage), and returns the name prefixes
+// of the trained parameters they add: a resumed run initialises those
+// afresh and loads the rest from the checkpoint. ok is false when the
+// change is anything else.
 func Added(name string, old, now map[string]any) (prefixes []string, ok bool) {
 	r, found := recipes[name]
 	if !found || r.added == nil {
 		return nil, false
 	}
 	prefixes, err := r.added(old, now)
-	return prefixes, err == nil && len(prefixes) > 0
+	return prefixes, err == nil
 }
 
-// vqganAdded: a configuration that turns discriminators on over a
-// checkpoint of a run without any, changing no other parameter.
+// vqganAdded: a configuration that turns the discriminators and/or the
+// perceptual term on over a checkpoint of a run with neither, changing
+// no other parameter. The perceptual network is frozen (never in a
+// checkpoint), so only discriminators are new trained modules.
 func vqganAdded(old, now map[string]any) ([]string, error) {
 	a, b := vqgan.Default(), vqgan.Default()
 	if err := decode("vqgan3d", old, &a); err != nil {
@@ -148,12 +154,13 @@ func vqganAdded(old, now map[string]any) ([]string, error) {
 	if err := decode("vqgan3d", now, &b); err != nil {
 		return nil, err
 	}
-	if a.GAN() || !b.GAN() {
-		return nil, fmt.Errorf("not a change from no discriminator to some")
+	if a.GAN() || a.PerceptualWeight > 0 || !b.GAN() && b.PerceptualWeight == 0 {
+		return nil, fmt.Errorf("not a change from an L1-only model to one with discriminators or a perceptual term")
 	}
 	added := b.Discriminators()
 	b.ImageGANWeight, b.VideoGANWeight, b.GANFeatWeight, b.DiscIterStart = a.ImageGANWeight, a.VideoGANWeight, a.GANFeatWeight, a.DiscIterStart
 	b.DiscChannels, b.DiscLayers, b.DiscNorm, b.DiscLossType = a.DiscChannels, a.DiscLayers, a.DiscNorm, a.DiscLossType
+	b.PerceptualWeight, b.PerceptualModel = a.PerceptualWeight, a.PerceptualModel
 	if !reflect.DeepEqual(a, b) {
 		return nil, fmt.Errorf("other parameters change too")
 	}
@@ -277,8 +284,12 @@ func buildVQGAN(params map[string]any) (*Model, error) {
 	if err != nil {
 		return nil, &Error{err.Error()}
 	}
+	var frozen []string
+	if c.PerceptualWeight > 0 {
+		frozen = []string{vqgan.Perceptual + "*"}
+	}
 	return &Model{Graph: g, Loss: loss.Output + ":" + loss.Name,
-		Feeds: map[string]string{vqgan.Input: "volume"}, ParamCount: c.ParamCount(), ClipGroups: c.Discriminators()}, nil
+		Feeds: map[string]string{vqgan.Input: "volume"}, ParamCount: c.ParamCount(), ClipGroups: c.Discriminators(), Frozen: frozen}, nil
 }
 
 // LMConfig decodes the bd3lm recipe's parameters (as model.params gives

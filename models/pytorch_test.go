@@ -42,9 +42,12 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 		script, file, recipe string
 		params               map[string]any
 		args                 []string
+		// files are recipe parameters naming a file the script writes
+		// into its output directory.
+		files map[string]string
 	}{
 		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
-			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4}, nil},
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4}, nil, nil},
 		// With both discriminators past their start step: the gradients
 		// are the anchors' two optimizer steps (autoencoder with the
 		// discriminators frozen, discriminators on the detached
@@ -52,15 +55,22 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
 			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
 			"l1_weight": 4.0, "image_gan_weight": 1.0, "video_gan_weight": 0.5, "gan_feat_weight": 4.0, "discriminator_iter_start": 3,
-			"disc_channels": 8, "disc_layers": 2}, []string{"--step", "5"}},
+			"disc_channels": 8, "disc_layers": 2}, []string{"--step", "5"}, nil},
 		// Group-norm image discriminator, vanilla loss, no feature matching.
 		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
 			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
-			"image_gan_weight": 0.7, "disc_channels": 8, "disc_layers": 3, "disc_norm": "group", "disc_loss_type": "vanilla"}, []string{"--step", "2"}},
+			"image_gan_weight": 0.7, "disc_channels": 8, "disc_layers": 3, "disc_norm": "group", "disc_loss_type": "vanilla"}, []string{"--step", "2"}, nil},
+		// A perceptual network (LPIPS-shaped, narrow, random weights) on
+		// the slices beside the image discriminator: its weights frozen,
+		// the gradient through it to the autoencoder checked.
+		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 16, 16}, "channels": 8,
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
+			"image_gan_weight": 1.0, "disc_channels": 8, "disc_layers": 2, "perceptual_weight": 0.5},
+			[]string{"--step", "4", "--perceptual-widths", "4,8,8,16,16"}, map[string]string{"perceptual_model": "lpips.onnx"}},
 		{"export_diffusionlm.py", "diffusionlm.onnx", "bd3lm", map[string]any{"vocab": 20, "mask_token": 19, "hidden": 16,
-			"layers": 2, "heads": 2, "seq_len": 12, "block_size": 4, "tie_embeddings": true}, nil},
+			"layers": 2, "heads": 2, "seq_len": 12, "block_size": 4, "tie_embeddings": true}, nil, nil},
 		{"export_diffusionlm.py", "diffusionlm.onnx", "bd3lm", map[string]any{"vocab": 20, "mask_token": 19, "hidden": 16,
-			"layers": 1, "heads": 4, "seq_len": 8, "blocks": []int{2, 2, 4}, "tie_embeddings": false}, nil},
+			"layers": 1, "heads": 4, "seq_len": 8, "blocks": []int{2, 2, 4}, "tie_embeddings": false}, nil, nil},
 	} {
 		dir := t.TempDir()
 		cfg, _ := json.Marshal(tc.params)
@@ -71,6 +81,9 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 		exported, err := graph.Load(filepath.Join(dir, tc.file))
 		if err != nil {
 			t.Fatal(err)
+		}
+		for key, file := range tc.files {
+			tc.params[key] = filepath.Join(dir, file)
 		}
 		m, err := models.Build(tc.recipe, tc.params)
 		if err != nil {
@@ -117,12 +130,14 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 // the example's batch, and compares every parameter's gradient with
 // PyTorch autograd's. Both sides compute in float32 with different
 // summation orders; a gradient passes when its L2 error is below 1e-3 of
-// its own norm (a wrong rule gives errors of order 1) or of 1e-6 of the
+// its own norm (a wrong rule gives errors of order 1) or of 1e-5 of the
 // whole gradient's: some gradients are zero in exact arithmetic (the key
-// bias of attention, since softmax ignores a shift shared by all keys) and
-// both sides return rounding noise of order 1e-11 for them.
+// bias of attention, since softmax ignores a shift shared by all keys; a
+// convolution's bias before training-mode BatchNorm, which removes any
+// per-channel shift) and both sides return rounding noise for them
+// (1e-11 to 1e-8).
 func checkGradients(t *testing.T, script string, m *models.Model, feeds map[string]*ort.Value, ref []safetensors.Tensor) {
-	_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, LabelSmoothing: m.LabelSmoothing})
+	_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, LabelSmoothing: m.LabelSmoothing, Frozen: m.Frozen})
 	r := steptest.Open(t, dir)
 	r.Backward(feeds)
 	var total float64
@@ -138,7 +153,7 @@ func checkGradients(t *testing.T, script string, m *models.Model, feeds map[stri
 			continue
 		}
 		want := value(t, x)
-		e := diffNorm(r.State("grad."+name), ort.Data[float32](want)) / max(norm(ort.Data[float32](want)), 1e-6*total)
+		e := diffNorm(r.State("grad."+name), ort.Data[float32](want)) / max(norm(ort.Data[float32](want)), 1e-5*total)
 		if e > worst {
 			worst, worstName = e, name
 		}

@@ -35,11 +35,13 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ortrain_export as ox  # noqa: E402
 from reference_step import write_safetensors  # noqa: E402
+import export_lpips  # noqa: E402
 
 DEFAULTS = dict(patch_size=[64, 64, 64], in_channels=1, channels=64, channel_mult=[1, 1, 2, 4], res_blocks=2,
                 z_channels=8, embed_dim=8, codebook_size=8192, beta=0.25, groups=32, l1_weight=1.0,
                 image_gan_weight=0.0, video_gan_weight=0.0, gan_feat_weight=0.0, discriminator_iter_start=0,
-                disc_channels=64, disc_layers=3, disc_norm="batch", disc_loss_type="hinge")
+                disc_channels=64, disc_layers=3, disc_norm="batch", disc_loss_type="hinge",
+                perceptual_weight=0.0, perceptual_model="")
 GLOBAL_STEP = "ortrain.global_step"  # the trainer feeds the optimizer step here
 
 
@@ -271,6 +273,10 @@ class VQGAN3D(nn.Module):
             self.image_discriminator = NLayerDiscriminator(cfg, 2)
         if cfg["video_gan_weight"] > 0:
             self.video_discriminator = NLayerDiscriminator(cfg, 3)
+        if cfg["perceptual_weight"] > 0:
+            # Frozen, as the recipe keeps the perceptual network's weights.
+            self.perceptual = export_lpips.LPIPS(cfg.get("perceptual_widths", export_lpips.VGG16_WIDTHS))
+            self.perceptual.requires_grad_(False)
 
     def autoencode(self, volume):
         z = self.quant_conv(self.encoder(volume))
@@ -290,12 +296,16 @@ class VQGAN3D(nn.Module):
         return out
 
     def generator_terms(self, volume, recon, step, frozen):
-        """The anchors' generator step: disc_factor times the adversarial
-        and feature-matching terms (the discriminators read through
-        stop_gradient when frozen)."""
+        """The anchors' generator step: the perceptual term plus
+        disc_factor times the adversarial terms, and the feature-matching
+        term (the discriminators read through stop_gradient when
+        frozen)."""
         cfg = self.cfg
         factor = (step >= cfg["discriminator_iter_start"]).float()
-        g, feat = 0, 0
+        g, feat, perc = 0, 0, 0
+        if cfg["perceptual_weight"] > 0:
+            # On the same slices; not scaled by disc_factor, as in the anchors.
+            perc = cfg["perceptual_weight"] * self.perceptual(axial_slices(volume, step), axial_slices(recon, step)).mean()
         for w, d, real, fake in self.sides(volume, recon, step):
             logits, fake_feats = d(fake, frozen)
             g = g - w * logits.mean()
@@ -303,13 +313,15 @@ class VQGAN3D(nn.Module):
                 _, real_feats = d(real, frozen)
                 for a, b in zip(fake_feats, real_feats):
                     feat = feat + (a - ox.stop_gradient(b)).abs().mean()  # weight 4/(3+1) = 1 per layer
-        return factor * g, factor * cfg["gan_feat_weight"] * feat
+        return perc + factor * g, factor * cfg["gan_feat_weight"] * feat
 
     def discriminator_terms(self, volume, recon, step):
         """The anchors' discriminator step on the detached reconstruction,
         and the mean logits on real and fake inputs."""
         factor = (step >= self.cfg["discriminator_iter_start"]).float()
         dl, real_mean, fake_mean, sides = 0, 0, 0, self.sides(volume, ox.stop_gradient(recon), step)
+        if not sides:
+            return 0, 0, 0
         for w, d, real, fake in sides:
             lr, _ = d(real)
             lf, _ = d(fake)
@@ -325,7 +337,10 @@ class VQGAN3D(nn.Module):
         g, feat = self.generator_terms(volume, recon, step, frozen=True)
         d, d_real, d_fake = self.discriminator_terms(volume, recon, step)
         loss = loss + g + d + (feat if self.cfg["gan_feat_weight"] > 0 else 0)
-        extra = (g, d, d_real, d_fake) + ((feat,) if self.cfg["gan_feat_weight"] > 0 else ())
+        # The outputs the recipe logs (their values are not compared).
+        extra = (g,) if self.cfg["perceptual_weight"] > 0 else ()
+        if self.sides(volume, recon, step):
+            extra += (g, d, d_real, d_fake) + ((feat,) if self.cfg["gan_feat_weight"] > 0 else ())
         return (loss, recon, codes, rec, codebook, commit) + extra
 
 
@@ -338,6 +353,12 @@ def anchor_gradients(model, x, step):
     the autoencoder's from its loss with the discriminators frozen, the
     discriminators' from theirs with the reconstruction detached."""
     disc = [p for n, p in model.named_parameters() if "discriminator." in n]
+    if not disc:  # a perceptual term alone: one optimizer
+        recon, codes, rec, codebook, commit = model.autoencode(x)
+        g, _ = model.generator_terms(x, recon, step, frozen=False)
+        loss = model.cfg["l1_weight"] * rec + codebook + model.beta * commit + g
+        loss.backward()
+        return loss
     for p in disc:
         p.requires_grad_(False)
     recon, codes, rec, codebook, commit = model.autoencode(x)
@@ -358,28 +379,38 @@ def main():
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step", type=float, default=0, help="global step fed to a model with discriminators")
+    p.add_argument("--perceptual-widths", help="stage widths of the perceptual network (tests; default VGG16's)")
     a = p.parse_args()
     cfg = dict(DEFAULTS, **json.loads(a.config))
+    if a.perceptual_widths:
+        cfg["perceptual_widths"] = [int(w) for w in a.perceptual_widths.split(",")]
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(a.seed)
     model = VQGAN3D(cfg)
     x = torch.rand(a.batch, cfg["in_channels"], *cfg["patch_size"]) * 2 - 1
     gan = cfg["image_gan_weight"] > 0 or cfg["video_gan_weight"] > 0
     inputs, outputs = {"volume": x}, OUTPUTS
-    if gan:
+    if gan or cfg["perceptual_weight"] > 0:
         inputs[GLOBAL_STEP] = torch.tensor(a.step, dtype=torch.float32)
-        outputs = OUTPUTS + GAN_OUTPUTS[:4 + (cfg["gan_feat_weight"] > 0)]
+        outputs = OUTPUTS + (["perceptual_loss"] if cfg["perceptual_weight"] > 0 else [])
+        if gan:
+            outputs += GAN_OUTPUTS[:4 + (cfg["gan_feat_weight"] > 0)]
+    if cfg["perceptual_weight"] > 0:
+        # The perceptual network on its own, for the recipe's perceptual_model.
+        export_lpips.export(model.perceptual, os.path.join(a.out, "lpips.onnx"), size=cfg["patch_size"][1])
     # The model returns its loss first, so no loss function is passed.
     ox.export(model, inputs, os.path.join(a.out, "vqgan3d.onnx"), output_names=outputs)
     model.zero_grad()
-    if gan:
+    model.train()
+    if GLOBAL_STEP in inputs:
         loss = anchor_gradients(model, x, inputs[GLOBAL_STEP])
     else:
         loss = model(x)[0]
         loss.backward()
     tensors = dict(inputs, loss=loss.detach().reshape(()))
     for name, prm in model.named_parameters():
-        tensors["grad." + name] = prm.grad
+        if prm.grad is not None:  # the frozen perceptual network has none
+            tensors["grad." + name] = prm.grad
     write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
     print("loss", float(loss))
 

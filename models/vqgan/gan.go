@@ -2,6 +2,8 @@ package vqgan
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models/internal/nn"
@@ -35,7 +37,12 @@ const (
 	DReal       = "d_real"        // mean logit on real inputs, over the discriminators in use
 	DFake       = "d_fake"        // mean logit on reconstructions, likewise
 	GANFeatLoss = "gan_feat_loss" // disc_factor·gan_feat_weight·(feature-matching L1 of both)
+	// PerceptualLoss is perceptual_weight·mean distance of the slices.
+	PerceptualLoss = "perceptual_loss"
 )
+
+// Perceptual prefixes the perceptual network's (frozen) parameters.
+const Perceptual = "perceptual."
 
 // Discriminator norms and losses (disc_norm, disc_loss_type).
 const (
@@ -78,6 +85,20 @@ func (c Config) validateGAN() error {
 	}
 	if c.DiscIterStart < 0 {
 		return fmt.Errorf("vqgan: discriminator_iter_start %d is negative", c.DiscIterStart)
+	}
+	if !(c.PerceptualWeight >= 0) {
+		return fmt.Errorf("vqgan: perceptual_weight %g must be ≥ 0", c.PerceptualWeight)
+	}
+	if c.PerceptualWeight > 0 {
+		if c.PerceptualModel == "" {
+			return fmt.Errorf("vqgan: perceptual_weight %g needs perceptual_model, an LPIPS network as ONNX: export one from the VGG16 and LPIPS weights you have with models/pytorch/export_lpips.py", c.PerceptualWeight)
+		}
+		if st, err := os.Stat(c.PerceptualModel); err != nil || st.IsDir() {
+			abs, _ := filepath.Abs(c.PerceptualModel)
+			return fmt.Errorf("vqgan: perceptual_model %s: not a readable file (%v)", abs, err)
+		}
+	} else if c.PerceptualModel != "" {
+		return fmt.Errorf("vqgan: perceptual_model %s is given but perceptual_weight is 0: set a weight or drop the file", c.PerceptualModel)
 	}
 	if c.GANFeatWeight > 0 && !c.GAN() {
 		return fmt.Errorf("vqgan: gan_feat_weight %g matches discriminator features, but no discriminator is on (image_gan_weight and video_gan_weight are 0)", c.GANFeatWeight)
@@ -249,16 +270,85 @@ func (m *model) slices(x, step string) string {
 	return b.ReduceSum(b.Mul(x, mask), false, 2)
 }
 
-// adversarial adds the discriminators and returns the training-only sum of
-// the adversarial terms (to add to the loss) and the outputs to log.
-func (m *model) adversarial(x, recon string) (extra string, outs []string) {
+// trainingTerms adds the perceptual term and the discriminators and
+// returns the training-only sum of their terms (to add to the loss) and
+// the outputs to log.
+func (m *model) trainingTerms(x, recon string) (extra string, outs []string) {
 	c, b := m.c, m.B
 	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
 	step := m.Input(graph.GlobalStepInput, dtype.Float32, []int64{}, nil)
+	mean := func(v string) string { return b.ReduceMean(v, false) }
+	frames, framesRecon := m.slices(x, step), m.slices(recon, step)
+	var total string
+	if c.PerceptualWeight > 0 {
+		d := m.perceptual(frames, framesRecon)
+		p := b.Mul(f(c.PerceptualWeight), mean(d))
+		b.OpInto(PerceptualLoss, "Identity", []string{b.TrainingOnly(p)})
+		total, outs = p, append(outs, PerceptualLoss)
+	}
+	if c.GAN() {
+		adv, aouts := m.adversarial(x, recon, frames, framesRecon, step)
+		outs = append(outs, aouts...)
+		if total == "" {
+			total = adv
+		} else {
+			total = b.Add(total, adv)
+		}
+	}
+	return b.TrainingOnly(total), outs
+}
+
+// perceptual inlines the perceptual network (its parameters named
+// Perceptual + its own names, frozen by the recipe) on the slices and
+// their reconstructions, and returns its distance.
+func (m *model) perceptual(frames, framesRecon string) string {
+	c, b := m.c, m.B
+	src, err := graph.Load(c.PerceptualModel)
+	if err != nil {
+		b.Err = fmt.Errorf("vqgan: perceptual_model: %w", err)
+		return ""
+	}
+	if len(src.Inputs) != 2 || len(src.Outputs) != 1 {
+		b.Fail("vqgan: perceptual_model %s has inputs %v and outputs %v; want two image batches in and one distance out (models/pytorch/export_lpips.py)", c.PerceptualModel, src.Inputs, src.Outputs)
+		return ""
+	}
+	want := b.Info(frames)
+	for _, in := range src.Inputs {
+		info := src.Info(in)
+		if !info.Float() || !info.Known || len(info.Shape) != 4 || !fits(info.Shape[1:], want.Shape[1:]) {
+			b.Fail("vqgan: perceptual_model %s: input %s is %v; the slices it must take are %v ([N, C, H, W] of the patch)", c.PerceptualModel, in, info, want)
+			return ""
+		}
+	}
+	outs, err := m.G.Inline(src, Perceptual, map[string]string{src.Inputs[0]: frames, src.Inputs[1]: framesRecon})
+	if err != nil {
+		b.Err = fmt.Errorf("vqgan: perceptual_model %s: %w", c.PerceptualModel, err)
+		return ""
+	}
+	if info := b.Info(outs[0]); !info.Float() {
+		b.Fail("vqgan: perceptual_model %s: its output is %v, not a floating distance", c.PerceptualModel, info)
+		return ""
+	}
+	return outs[0]
+}
+
+// fits reports whether a declared shape (-1 free) admits the sizes.
+func fits(declared, sizes []int64) bool {
+	for i, d := range declared {
+		if d >= 0 && d != sizes[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// adversarial adds the discriminators and returns the sum of the
+// adversarial terms and the outputs to log.
+func (m *model) adversarial(x, recon, frames, framesRecon, step string) (extra string, outs []string) {
+	c, b := m.c, m.B
+	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
 	factor := b.Cast(b.Op("GreaterOrEqual", []string{step, f(float64(c.DiscIterStart))}), dtype.Float32)
 	mean := func(v string) string { return b.ReduceMean(v, false) }
-
-	frames, framesRecon := m.slices(x, step), m.slices(recon, step)
 
 	type side struct {
 		weight       float64
@@ -328,5 +418,5 @@ func (m *model) adversarial(x, recon string) (extra string, outs []string) {
 		b.OpInto(GANFeatLoss, "Identity", []string{b.TrainingOnly(feat)})
 		outs = append(outs, GANFeatLoss)
 	}
-	return b.TrainingOnly(total), outs
+	return total, outs
 }

@@ -106,6 +106,12 @@ type Config struct {
 	DiscLayers   int    `toml:"disc_layers"`
 	DiscNorm     string `toml:"disc_norm"`
 	DiscLossType string `toml:"disc_loss_type"`
+	// PerceptualWeight weighs an LPIPS-style distance between the axial
+	// slices the 2-D discriminator sees and their reconstructions, computed
+	// by PerceptualModel, an ONNX file (models/pytorch/export_lpips.py)
+	// whose weights stay frozen (0: no perceptual term).
+	PerceptualWeight float64 `toml:"perceptual_weight"`
+	PerceptualModel  string  `toml:"perceptual_model"`
 	// Groups is GroupNorm's group count; it must divide every width.
 	Groups int `toml:"groups"`
 	// Seed draws the initial weights.
@@ -413,10 +419,10 @@ func Build(c Config) (*graph.Graph, error) {
 		total = b.Add(total, CodebookLoss)
 	}
 	outs := []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}
-	if c.GAN() {
-		adv, gouts := m.adversarial(x, Recon)
-		total = b.Add(total, adv)
-		outs = append(outs, gouts...)
+	if c.GAN() || c.PerceptualWeight > 0 {
+		extra, eouts := m.trainingTerms(x, Recon)
+		total = b.Add(total, extra)
+		outs = append(outs, eouts...)
 	}
 	b.OpInto(Loss, "Identity", []string{total})
 	m.G.Outputs = append(outs, updates...)

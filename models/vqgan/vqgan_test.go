@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/models"
@@ -69,16 +70,27 @@ func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func(*vqgan.Config)
+		want string // in the error
 	}{
-		{"patch not divisible by 2^(levels-1)", func(c *vqgan.Config) { c.PatchSize = []int{8, 7, 8} }},
-		{"patch not 3-D", func(c *vqgan.Config) { c.PatchSize = []int{8, 8} }},
-		{"groups do not divide width", func(c *vqgan.Config) { c.Groups = 3 }},
-		{"no levels", func(c *vqgan.Config) { c.ChannelMult = nil }},
+		{"patch not divisible by 2^(levels-1)", func(c *vqgan.Config) { c.PatchSize = []int{8, 7, 8} }, "patch_size"},
+		{"patch not 3-D", func(c *vqgan.Config) { c.PatchSize = []int{8, 8} }, "patch_size"},
+		{"groups do not divide width", func(c *vqgan.Config) { c.Groups = 3 }, "groups"},
+		{"no levels", func(c *vqgan.Config) { c.ChannelMult = nil }, "channel_mult"},
+		{"negative discriminator_iter_start", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscIterStart = 1, -1 }, "discriminator_iter_start"},
+		{"negative video_gan_weight", func(c *vqgan.Config) { c.VideoGANWeight = -0.5 }, "video_gan_weight"},
+		{"feature matching without a discriminator", func(c *vqgan.Config) { c.GANFeatWeight = 4 }, "gan_feat_weight"},
+		{"unknown disc_norm", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscNorm = 1, "instance" }, "disc_norm"},
+		{"unknown disc_loss_type", func(c *vqgan.Config) { c.VideoGANWeight, c.DiscLossType = 1, "wasserstein" }, "disc_loss_type"},
+		{"disc_layers too deep", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscLayers = 1, 9 }, "disc_layers"},
+		{"group norm that does not divide", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscNorm, c.Groups, c.DiscChannels = 1, vqgan.NormGroup, 4, 5 }, "disc_norm"},
+		{"perceptual weight without a model", func(c *vqgan.Config) { c.PerceptualWeight = 0.1 }, "perceptual_model"},
+		{"perceptual model that is not there", func(c *vqgan.Config) { c.PerceptualWeight, c.PerceptualModel = 0.1, "/nonexistent/lpips.onnx" }, "/nonexistent/lpips.onnx"},
+		{"perceptual model without a weight", func(c *vqgan.Config) { c.PerceptualModel = "lpips.onnx" }, "perceptual_weight is 0"},
 	} {
 		c := tiny()
 		tc.edit(&c)
-		if _, err := vqgan.Build(c); err == nil {
-			t.Errorf("%s: built without error", tc.name)
+		if _, err := vqgan.Build(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want one naming %q", tc.name, err, tc.want)
 		}
 	}
 }

@@ -366,6 +366,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		}
 		opts.Graph, opts.Loss, opts.LabelSmoothing = rm.Graph, rm.Loss, rm.LabelSmoothing
 		opts.Optimizer.ClipGroups = rm.ClipGroups
+		opts.Frozen = append(slices.Clone(opts.Frozen), rm.Frozen...)
 		source = "recipe " + mc.Recipe
 	} else {
 		opts.Loss = loss.FlagFor(mc.Loss)
