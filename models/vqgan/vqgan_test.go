@@ -82,7 +82,9 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown disc_norm", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscNorm = 1, "instance" }, "disc_norm"},
 		{"unknown disc_loss_type", func(c *vqgan.Config) { c.VideoGANWeight, c.DiscLossType = 1, "wasserstein" }, "disc_loss_type"},
 		{"disc_layers too deep", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscLayers = 1, 9 }, "disc_layers"},
-		{"group norm that does not divide", func(c *vqgan.Config) { c.ImageGANWeight, c.DiscNorm, c.Groups, c.DiscChannels = 1, vqgan.NormGroup, 4, 5 }, "disc_norm"},
+		{"group norm that does not divide", func(c *vqgan.Config) {
+			c.ImageGANWeight, c.DiscNorm, c.Groups, c.DiscChannels = 1, vqgan.NormGroup, 4, 5
+		}, "disc_norm"},
 		{"perceptual weight without a model", func(c *vqgan.Config) { c.PerceptualWeight = 0.1 }, "perceptual_model"},
 		{"perceptual model that is not there", func(c *vqgan.Config) { c.PerceptualWeight, c.PerceptualModel = 0.1, "/nonexistent/lpips.onnx" }, "/nonexistent/lpips.onnx"},
 		{"perceptual model without a weight", func(c *vqgan.Config) { c.PerceptualModel = "lpips.onnx" }, "perceptual_weight is 0"},
