@@ -10,6 +10,7 @@
 //	hdp-diffusion-gsm8k     HDP-Diffusion, 512 = 128 question + 128 plan + 256 execution
 //	resnet50-a10g-*         ResNet-50 on ImageNet, one A10G: conservative, balanced, aggressive
 //	quickstart              a small 3D VQ-GAN on synthetic phantoms on the CPU
+//	resnet-photos-cpu       a tiny ResNet-18 on scripts/photo-classes' real photos on the CPU
 package configs
 
 import (

@@ -32,6 +32,7 @@ var presets = []struct {
 	{"resnet50-a10g-balanced", "resnet", 25_557_032, 25_557_032, 256, 12, 3, 256, 0.5, config.FP16Mixed},
 	{"resnet50-a10g-aggressive", "resnet", 25_557_032, 25_557_032, 320, 16, 4, 320, 0.5 * 320 / 256, config.FP16Mixed},
 	{"quickstart", "vqgan3d", 5e3, 100e3, 2, 1, 2, 2, 2e-3, config.FP32},
+	{"resnet-photos-cpu", "resnet", 703_386, 703_386, 32, 2, 2, 32, 0.1, config.FP32},
 }
 
 // load reads a preset, fills in a data path where the preset leaves it to

@@ -197,6 +197,31 @@ type Images struct {
 	// RandomErase is the probability of RandomErasing on a training image
 	// (torchvision reference: --random-erase 0.1). 0 (default) is off.
 	RandomErase float64 `toml:"random_erase,omitempty"`
+	// AutoAugment is "" (off), "trivialaugment" (torchvision's
+	// TrivialAugmentWide, the reference's --auto-augment ta_wide) or
+	// "randaugment" (RandAugment: RandaugmentN ops at magnitude bin
+	// RandaugmentM of 0–30), applied to training images after the crop and
+	// flip, on uint8 pixels.
+	AutoAugment string `toml:"auto_augment,omitempty"`
+	// RandaugmentN and RandaugmentM are nil when not set, meaning 2 and
+	// 9 (RandAugment's defaults; see RandAugment): pointers so that 0 is a
+	// magnitude one can set while configurations that leave them out
+	// encode, and hash, as before the keys existed.
+	RandaugmentN *int `toml:"randaugment_n,omitempty"`
+	RandaugmentM *int `toml:"randaugment_m,omitempty"`
+}
+
+// RandAugment is RandAugment's number of ops and magnitude bin, the
+// defaults 2 and 9 where not set.
+func (im Images) RandAugment() (n, m int) {
+	n, m = 2, 9
+	if im.RandaugmentN != nil {
+		n = *im.RandaugmentN
+	}
+	if im.RandaugmentM != nil {
+		m = *im.RandaugmentM
+	}
+	return n, m
 }
 
 // Mixes reports whether training batches are mixed (MixUp or CutMix).

@@ -100,6 +100,13 @@ func TestResolveErrors(t *testing.T) {
 		{"noise clip above its top", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.sampling_eps_min=0.5", "data.tokens.sampling_eps_max=0.4"}, []string{"data.tokens.sampling_eps_min", "[0.5, 0.4)"}},
 		{"random erasing of volumes", []string{"data.kind=volumes", "data.train=/x", "data.volumes.patch_size=[8,8,8]", "data.images.random_erase=0.1"}, []string{"data.images.random_erase", "volumes"}},
 		{"mixup of tokens", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.images.mixup_alpha=0.2"}, []string{"data.images.mixup_alpha", "tokens"}},
+		{"unknown auto-augment policy", []string{"data.kind=images", "data.train=/x", "data.images.size=32", `data.images.auto_augment="autoaugment"`}, []string{"data.images.auto_augment", "autoaugment", "trivialaugment, randaugment"}},
+		{"randaugment magnitude above 30", []string{"data.kind=images", "data.train=/x", "data.images.size=32", `data.images.auto_augment="randaugment"`, "data.images.randaugment_m=31"}, []string{"data.images.randaugment_m", "[0, 30]", "31"}},
+		{"randaugment magnitude below 0", []string{"data.kind=images", "data.train=/x", "data.images.size=32", `data.images.auto_augment="randaugment"`, "data.images.randaugment_m=-1"}, []string{"data.images.randaugment_m", "[0, 30]"}},
+		{"randaugment without ops", []string{"data.kind=images", "data.train=/x", "data.images.size=32", `data.images.auto_augment="randaugment"`, "data.images.randaugment_n=0"}, []string{"data.images.randaugment_n", "≥ 1"}},
+		{"randaugment magnitude for trivialaugment", []string{"data.kind=images", "data.train=/x", "data.images.size=32", `data.images.auto_augment="trivialaugment"`, "data.images.randaugment_m=15"}, []string{"data.images.randaugment_m", `auto_augment = "randaugment"`, "trivialaugment"}},
+		{"auto-augment of volumes", []string{"data.kind=volumes", "data.train=/x", "data.volumes.patch_size=[8,8,8]", `data.images.auto_augment="trivialaugment"`}, []string{"data.images.auto_augment", "volumes"}},
+		{"randaugment ops for tokens", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.images.randaugment_n=3"}, []string{"data.images.randaugment_n", "tokens"}},
 		{"unknown recompute", []string{`model.recompute="layers"`}, []string{"model.recompute", "layers", "blocks"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 	} {
@@ -270,6 +277,60 @@ func TestEncodeRoundTrip(t *testing.T) {
 		h, _ := e.Hash()
 		if (h != h1) != tc.changes {
 			t.Errorf("--set %s: hash changed = %v, want %v", tc.set, h != h1, tc.changes)
+		}
+	}
+}
+
+// TestAutoAugmentKeys: RandAugment at bin 0 resolves and survives an
+// encode and read back (0 is a magnitude, not "unset"); a configuration
+// without the keys encodes without them, so its hash, which checkpoints
+// store for resuming, is what it was before the keys existed; and they
+// change the hash when set.
+func TestAutoAugmentKeys(t *testing.T) {
+	images := []string{"data.kind=images", "data.train=/x", "data.images.size=32"}
+	c := mustParse(t, minimal)
+	if err := c.Override(append(images, `data.images.auto_augment="randaugment"`, "data.images.randaugment_m=0")...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	text, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Parse(text, "encoded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := d.Data.Images.RandAugment(); n != 2 || m != 0 || d.Data.Images.AutoAugment != "randaugment" {
+		t.Errorf("read back: %q with n %d, m %d; want randaugment, 2, 0", d.Data.Images.AutoAugment, n, m)
+	}
+
+	plain := mustParse(t, minimal)
+	if err := plain.Override(images...); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	text, _ = plain.Encode()
+	for _, key := range []string{"auto_augment", "randaugment_n", "randaugment_m"} {
+		if strings.Contains(string(text), key) {
+			t.Errorf("a configuration without %s encodes it:\n%s", key, text)
+		}
+	}
+	h0, _ := plain.Hash()
+	for _, set := range [][]string{{`data.images.auto_augment="trivialaugment"`}, {`data.images.auto_augment="randaugment"`}, {`data.images.auto_augment="randaugment"`, "data.images.randaugment_m=10"}} {
+		e := mustParse(t, minimal)
+		if err := e.Override(append(images, set...)...); err != nil {
+			t.Fatal(err)
+		}
+		if h, _ := e.Hash(); h == h0 {
+			t.Errorf("--set %v leaves the hash as it was", set)
 		}
 	}
 }

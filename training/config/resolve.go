@@ -261,6 +261,31 @@ func (c *Config) Resolve() error {
 	} else if p > 0 && c.Data.Kind != KindImages {
 		bad("data.images.random_erase", "erases boxes of images: data.kind is %q", c.Data.Kind)
 	}
+	if im := c.Data.Images; im.AutoAugment != "" {
+		switch {
+		case !slices.Contains(AutoAugments, im.AutoAugment):
+			bad("data.images.auto_augment", "%q is not one of %s (\"\" is off)", im.AutoAugment, strings.Join(AutoAugments[1:], ", "))
+		case c.Data.Kind != KindImages:
+			bad("data.images.auto_augment", "augments images: data.kind is %q", c.Data.Kind)
+		}
+	}
+	if im := c.Data.Images; im.RandaugmentN != nil || im.RandaugmentM != nil {
+		n, m := im.RandAugment()
+		key := "data.images.randaugment_n"
+		if im.RandaugmentN == nil {
+			key = "data.images.randaugment_m"
+		}
+		switch {
+		case n < 1:
+			bad("data.images.randaugment_n", "is RandAugment's number of ops per image, ≥ 1, not %d (data.images.auto_augment = \"\" applies none)", n)
+		case m < 0 || m > 30:
+			bad("data.images.randaugment_m", "is a magnitude bin in [0, 30], not %d", m)
+		case c.Data.Kind != KindImages:
+			bad(key, "sets RandAugment on images: data.kind is %q", c.Data.Kind)
+		case im.AutoAugment != "randaugment":
+			bad(key, "applies to data.images.auto_augment = \"randaugment\", not %q", im.AutoAugment)
+		}
+	}
 	if im := c.Data.Images; im.MixupAlpha < 0 || im.CutmixAlpha < 0 {
 		bad("data.images.mixup_alpha", "mixup_alpha %g and cutmix_alpha %g must be ≥ 0 (0 is off)", im.MixupAlpha, im.CutmixAlpha)
 	} else if im.Mixes() {
@@ -366,3 +391,6 @@ func nonFinite(v reflect.Value, prefix string) []string {
 	}
 	return out
 }
+
+// AutoAugments are the values of data.images.auto_augment, "" (off) first.
+var AutoAugments = []string{"", "trivialaugment", "randaugment"}

@@ -66,7 +66,9 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			if err != nil {
 				return nil, err
 			}
-			cfg := images.Config{Train: isTrain, Size: d.Images.Size, Resize: d.Images.ValResize, Layout: layout, RandomErase: d.Images.RandomErase}
+			raN, raM := d.Images.RandAugment()
+			cfg := images.Config{Train: isTrain, Size: d.Images.Size, Resize: d.Images.ValResize, Layout: layout, RandomErase: d.Images.RandomErase,
+				AutoAugment: images.AutoAugments[d.Images.AutoAugment], RandAugmentN: raN, RandAugmentM: raM}
 			if d.Images.Mixes() {
 				// Train and validation give class probabilities for the
 				// soft-target loss (one-hot where nothing mixes them).

@@ -124,6 +124,14 @@ type Config struct {
 	// training image (scale 0.02–0.33, ratio 0.3–3.3, erased to 0 after
 	// normalisation); 0 never.
 	RandomErase float64
+	// AutoAugment applies TrivialAugmentWide or RandAugment to training
+	// images after the crop and flip, on uint8 pixels (the resampled crop
+	// rounded, as a PIL or uint8 tensor pipeline holds it), before
+	// normalisation and RandomErasing. RandAugmentN ops (0: 2) at bin
+	// RandAugmentM (0–30) for RandAugment.
+	AutoAugment  AutoAugment
+	RandAugmentN int
+	RandAugmentM int
 	// Classes > 0 adds "soft_label", float32 [Classes]: the label one-hot,
 	// which MixUp and CutMix (Mixer) then mix across the batch.
 	Classes int
@@ -158,6 +166,12 @@ func New(items []Item, cfg Config) (*Dataset, error) {
 	if cfg.Size < 1 || cfg.Resize < cfg.Size {
 		return nil, fmt.Errorf("images: crop %d from resize %d", cfg.Size, cfg.Resize)
 	}
+	if cfg.RandAugmentN == 0 {
+		cfg.RandAugmentN = 2
+	}
+	if cfg.AutoAugment < NoAutoAugment || cfg.AutoAugment > RandAugment || cfg.RandAugmentN < 1 || cfg.RandAugmentM < 0 || cfg.RandAugmentM >= MagnitudeBins {
+		return nil, fmt.Errorf("images: auto-augment policy %d with %d ops at bin %d of 0–%d", cfg.AutoAugment, cfg.RandAugmentN, cfg.RandAugmentM, MagnitudeBins-1)
+	}
 	return &Dataset{items: items, cfg: cfg, scratch: sync.Pool{New: func() any { return new(scratch) }}}, nil
 }
 
@@ -165,6 +179,10 @@ type scratch struct {
 	file, rgb []byte
 	taps      []tap
 	rows      []float32 // resample's cached rows
+	// The crop as float [0, 255] and uint8 planes, and the ops' scratch,
+	// for auto-augmentation.
+	crop     []float32
+	pix, tmp []uint8
 }
 
 // Len is the number of images.
@@ -204,7 +222,11 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 		return fmt.Errorf("%s: %w", filepath.Base(it.Path), err)
 	}
 	flip := d.cfg.Train && rng.IntN(2) == 1
-	d.resample(reg, flip, sc, dst[0].F32)
+	if d.cfg.Train && d.cfg.AutoAugment != NoAutoAugment {
+		d.autoAugment(reg, flip, sc, rng, dst[0].F32)
+	} else {
+		d.resample(reg, flip, sc, dst[0].F32)
+	}
 	if d.cfg.Train && d.cfg.RandomErase > 0 && rng.Float64() < d.cfg.RandomErase {
 		d.erase(dst[0].F32, rng)
 	}
@@ -220,7 +242,44 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 	return nil
 }
 
-// readAll reads f into buf, reusing its capacity.
+// normalisation is the per-channel scale and bias taking [0, 255] pixels
+// to (x/255 − mean)/std.
+func (d *Dataset) normalisation() (scale, bias [3]float32) {
+	for c := range 3 {
+		scale[c] = 1 / (255 * d.cfg.Std[c])
+		bias[c] = -d.cfg.Mean[c] / d.cfg.Std[c]
+	}
+	return scale, bias
+}
+
+// autoAugment resamples the crop to [0, 255] planes, rounds them to uint8,
+// applies the policy's ops drawn from rng and writes the normalised image.
+func (d *Dataset) autoAugment(reg region, flip bool, sc *scratch, rng *rand.Rand, out []float32) {
+	S := d.cfg.Size
+	scale, bias := d.normalisation()
+	n := 3 * S * S
+	sc.crop = slices.Grow(sc.crop[:0], n)[:n]
+	sc.pix = slices.Grow(sc.pix[:0], n)[:n]
+	sc.tmp = slices.Grow(sc.tmp[:0], n)[:n]
+	d.resampleTo(reg, flip, sc, sc.crop, [3]float32{1, 1, 1}, [3]float32{}, NCHW)
+	for i, v := range sc.crop {
+		sc.pix[i] = uint8(min(max(v+0.5, 0), 255))
+	}
+	img := Planes{Pix: sc.pix, H: S, W: S}
+	augmenter{d.cfg.AutoAugment, d.cfg.RandAugmentN, d.cfg.RandAugmentM}.draw(img, sc.tmp, rng)
+	plane := S * S
+	for c := range 3 {
+		p := sc.pix[c*plane : (c+1)*plane]
+		for i, v := range p {
+			k := c*plane + i
+			if d.cfg.Layout == NHWC {
+				k = 3*i + c
+			}
+			out[k] = float32(v)*scale[c] + bias[c]
+		}
+	}
+}
+
 // erase zeroes a random box of img as torchvision's RandomErasing: up to
 // ten tries at an area of 2–33 % of the image and an aspect ratio of
 // 0.3–3.3 (log-uniform) until the box fits; none fitting erases nothing.
@@ -250,6 +309,7 @@ func (d *Dataset) erase(img []float32, rng *rand.Rand) {
 	}
 }
 
+// readAll reads f into buf, reusing its capacity.
 func readAll(f *os.File, buf []byte) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
@@ -368,12 +428,14 @@ func randomResizedCrop(W, H int, rng *rand.Rand) (x, y, w, h float64) {
 // float32, so the split changes no value (a GOAMD64=v3 build may contract
 // some of it into FMAs, changing last bits either way).
 func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
+	scale, bias := d.normalisation()
+	d.resampleTo(r, flip, sc, out, scale, bias, d.cfg.Layout)
+}
+
+// resampleTo is resample with the normalisation (x·scale + bias, x the
+// interpolated [0, 255] pixel) and layout given.
+func (d *Dataset) resampleTo(r region, flip bool, sc *scratch, out []float32, scale, bias [3]float32, layout Layout) {
 	S := d.cfg.Size
-	var scale, bias [3]float32
-	for c := range 3 {
-		scale[c] = 1 / (255 * d.cfg.Std[c])
-		bias[c] = -d.cfg.Mean[c] / d.cfg.Std[c]
-	}
 	// Column taps: byte offsets of the left and right neighbours, weight of
 	// the right one, ordered by output position after the flip.
 	sc.taps = slices.Grow(sc.taps[:0], S)[:S]
@@ -426,7 +488,7 @@ func (d *Dataset) resample(r region, flip bool, sc *scratch, out []float32) {
 		wy := float32(fy - float64(j))
 		a := get(j, j1)
 		b := get(j1, j)
-		if d.cfg.Layout == NHWC {
+		if layout == NHWC {
 			o := out[oy*S*3 : (oy+1)*S*3]
 			for c := range 3 {
 				ac, bc := a[c*S:][:S], b[c*S:][:S]
