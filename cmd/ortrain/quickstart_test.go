@@ -2,17 +2,21 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/data/nifti"
+	"github.com/ortrain/ortrain/training/safetensors"
 )
 
 // quickstartArgs runs the quickstart with its data and runs under root.
@@ -144,6 +148,52 @@ func checkExports(t *testing.T, root, ck string) {
 	}
 	if len(a) != len(b) || worst > 1e-4 {
 		t.Errorf("decoder(encoder(x)) differs from the whole model's reconstruction by %g", worst)
+	}
+	checkPyTorchTwin(t, root, ck, patch, a, ort.Data[int64](whole[1]))
+}
+
+// checkPyTorchTwin loads checkpoint ck into the recipe's PyTorch twin with
+// models/pytorch/load_checkpoint.py, runs it on patch and compares its
+// reconstruction and codes with the exported model's (recon, codes).
+func checkPyTorchTwin(t *testing.T, root, ck string, patch, recon []float32, codes []int64) {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import torch").Run(); err != nil {
+		t.Logf("no PyTorch under %s: the checkpoint is not loaded into the twin", python)
+		return
+	}
+	in, out := filepath.Join(root, "twin-in.safetensors"), filepath.Join(root, "twin-out.safetensors")
+	if err := safetensors.Write(in, []safetensors.Tensor{{Name: "volume", DType: ort.Float32, Shape: []int64{1, 1, 32, 32, 32},
+		Data: unsafe.Slice((*byte)(unsafe.Pointer(&patch[0])), 4*len(patch))}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, filepath.Join("..", "..", "models", "pytorch", "load_checkpoint.py"), ck, "--run", in, out)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("load_checkpoint.py: %v\n%s", err, msg)
+	}
+	got, _, err := safetensors.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range got {
+		switch x.Name {
+		case "recon":
+			worst := 0.0
+			for i := range recon {
+				worst = max(worst, math.Abs(float64(math.Float32frombits(binary.LittleEndian.Uint32(x.Data[4*i:]))-recon[i])))
+			}
+			if len(x.Data) != 4*len(recon) || worst > 1e-4 {
+				t.Errorf("the PyTorch twin's reconstruction differs from the exported model's by %g", worst)
+			}
+			t.Logf("the checkpoint in the PyTorch twin: reconstruction within %.2g of the exported model's", worst)
+		case "codes":
+			for i := range codes {
+				if int64(binary.LittleEndian.Uint64(x.Data[8*i:])) != codes[i] {
+					t.Errorf("the PyTorch twin's code %d is %d, the exported model's %d", i, int64(binary.LittleEndian.Uint64(x.Data[8*i:])), codes[i])
+					break
+				}
+			}
+		}
 	}
 }
 
