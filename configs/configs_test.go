@@ -65,7 +65,7 @@ func load(t *testing.T, name string) *config.Config {
 
 // refused are presets that name a feature not built yet, by the key
 // refused: they must say so rather than run something else.
-var refused = map[string]string{"vqgan3d-4gpu": "trainer.devices"}
+var refused = map[string]string{}
 
 // TestPresets parses and resolves every preset, checks its model parameters
 // with the recipe (unknown names and impossible sizes fail) and the count

@@ -37,10 +37,17 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	app := newApp(stdout, stderr)
 	err := app.Run(flagsFirst(app, args))
 	if err == nil {
+		finishJob()
 		return 0
 	}
 	fmt.Fprintln(stderr, "ortrain:", err)
-	return exitCode(err)
+	code = exitCode(err)
+	if abortJob != nil {
+		// A data-parallel rank that fails ends the job: the others would
+		// wait for it in their next collective.
+		abortJob(code)
+	}
+	return code
 }
 
 // newApp is the command line: the global flags and every command, each

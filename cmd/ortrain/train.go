@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/rundir"
@@ -73,6 +75,13 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if err != nil {
 		return "", err
 	}
+	comm, err := joinJob(cfg)
+	if err != nil {
+		return "", err
+	}
+	if comm != nil && comm.Rank() != 0 {
+		return "", trainRank(c, cfg, comm, resume, opts)
+	}
 	var prep prepared
 	if cfg.Model.Artifacts != "" {
 		if err := prep.load(cfg, "", opts); err != nil {
@@ -110,6 +119,10 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	}
 	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
+	if comm != nil {
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: data-parallel over %d ranks (MPI): each trains on its shard of every step's %d × %d samples; gradients summed before each update; rank 0 writes\n",
+			comm.Size(), comm.Size(), cfg.Data.BatchSize*cfg.Trainer.AccumulateGradBatches)
+	}
 	if m, err := artifacts.Load(prep.artifacts); err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "ortrain: precision %s: %s\n", cfg.Trainer.Precision, m.Precision)
 		if d := m.Optimizer.EMADecay; d > 0 {
@@ -117,7 +130,7 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		}
 	}
 	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
-		Dir: rd, Resume: ck, Progress: os.Stderr})
+		Dir: rd, Resume: ck, Progress: os.Stderr, Comm: comm})
 	if err != nil {
 		return "", err
 	}
@@ -126,6 +139,91 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	defer stop()
 	started = true
 	return rd.Path, t.Run(ctx)
+}
+
+// joinJob joins the data-parallel job a launcher started this process in
+// (nil for a run of one process), after checking that its size is the
+// configuration's world size and that every rank has the configuration
+// this one has.
+func joinJob(cfg *config.Config) (*collective.Comm, error) {
+	world := cfg.Trainer.WorldSize()
+	size, launched := collective.Launched()
+	if world == 1 && (!launched || size == 1) {
+		return nil, nil
+	}
+	if !launched {
+		return nil, &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("trainer.devices × trainer.num_nodes = %d processes: start them with mpirun -np %d ortrain train ... (or srun); ortrain does not start them itself yet", world, world)}
+	}
+	if size != world {
+		return nil, &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("the launcher started %d processes, but trainer.devices × trainer.num_nodes = %d", size, world)}
+	}
+	comm, err := collective.Init()
+	if err != nil {
+		return nil, &config.Error{Key: "trainer.devices", Msg: err.Error()}
+	}
+	abortJob = comm.Abort
+	finishJob = func() { comm.Finalize() }
+	hash, err := cfg.Hash()
+	if err != nil {
+		return nil, err
+	}
+	// The same hash on every rank: each 16-bit piece's sum and sum of
+	// squares agree with n copies of it only when all are equal.
+	var v []float64
+	for i := 0; i < 16; i += 4 {
+		x, _ := strconv.ParseUint(hash[i:i+4], 16, 16)
+		v = append(v, float64(x), float64(x)*float64(x))
+	}
+	sums := slices.Clone(v)
+	if err := comm.SumFloat64(sums); err != nil {
+		return nil, err
+	}
+	n := float64(comm.Size())
+	for i := 0; i < len(v); i += 2 {
+		if sums[i] != n*v[i] || sums[i+1] != n*v[i+1] {
+			return nil, &config.Error{Key: "config", Msg: fmt.Sprintf("rank %d's configuration differs from another rank's (config hash %s...): every rank must train the same configuration", comm.Rank(), hash[:12])}
+		}
+	}
+	return comm, nil
+}
+
+// abortJob, when a data-parallel job is joined, ends every rank with the
+// exit code of a rank that fails, so none waits for it; finishJob leaves
+// the job after a clean exit.
+var abortJob func(code int)
+var finishJob = func() {}
+
+// trainRank is a data-parallel rank other than 0: the same training on
+// its shard, with the artifacts in a private temporary directory and
+// nothing written for the run (rank 0 writes).
+func trainRank(c *cli.Context, cfg *config.Config, comm *collective.Comm, resume string, opts ort.Options) error {
+	tmp, err := os.MkdirTemp("", fmt.Sprintf("ortrain-rank%d-", comm.Rank()))
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	ck := ""
+	if resume != "" {
+		if ck, _, err = rundir.FindCheckpoint("--resume", resume, cfg.OutputDir, cfg.Name); err != nil {
+			return err
+		}
+		if err := trainer.CheckResume(cfg, ck); err != nil {
+			return err
+		}
+	}
+	var prep prepared
+	if err := prep.load(cfg, tmp, opts); err != nil {
+		return err
+	}
+	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
+		Resume: ck, Comm: comm})
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	ctx, stop := interruptible(io.Discard)
+	defer stop()
+	return t.Run(ctx)
 }
 
 // prepared is what a run trains: its artifacts and datasets.

@@ -227,15 +227,24 @@ func (im Images) RandAugment() (n, m int) {
 // Mixes reports whether training batches are mixed (MixUp or CutMix).
 func (im Images) Mixes() bool { return im.MixupAlpha > 0 || im.CutmixAlpha > 0 }
 
+// WorldSize is the number of processes a data-parallel run has: devices
+// per node × nodes.
+func (t Trainer) WorldSize() int { return max(1, t.Devices) * max(1, t.NumNodes) }
+
 // Trainer holds the loop settings, named as in Lightning's Trainer ([trainer]).
 type Trainer struct {
 	// Device is "auto" (first GPU if any, else CPU), "cpu", "cuda" or
 	// "cuda:N". Default "auto".
 	Device string `toml:"device"`
-	// Devices is Lightning's device count. Only 1 is built: data-parallel
-	// training is not, and a larger count is refused rather than run on
-	// one device. 0 (unset) means 1.
-	Devices int `toml:"devices,omitempty"`
+	// Devices is Lightning's device count per node and NumNodes its node
+	// count (0, unset, means 1 for both): their product is the world size
+	// of a data-parallel run, one process per device, which a launcher
+	// starts (mpirun -np N ortrain train ...). Strategy is "auto" or
+	// "ddp" (the only data-parallel strategy; auto picks it for a world
+	// size above 1).
+	Devices  int    `toml:"devices,omitempty"`
+	NumNodes int    `toml:"num_nodes,omitempty"`
+	Strategy string `toml:"strategy,omitempty"`
 	// MaxEpochs stops after this many epochs; 0 means no epoch limit.
 	MaxEpochs int `toml:"max_epochs"`
 	// MaxSteps stops after this many optimizer steps; 0 means no step limit.

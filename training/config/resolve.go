@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -215,11 +216,13 @@ func (c *Config) Resolve() error {
 			bad("data.tokens.sampling_eps_min", "the noise range [%g, %g) must have 0 ≤ sampling_eps_min < sampling_eps_max ≤ 1", tk.SamplingEpsMin, tk.SamplingEpsMax)
 		}
 	}
-	if t.Devices > 1 {
-		bad("trainer.devices", "%d devices: data-parallel training is not built yet, and ortrain does not run a multi-device configuration on one device; set 1 (and the per-device batch you want)", t.Devices)
-	} else if t.Devices < 0 {
+	if t.Devices < 0 {
 		bad("trainer.devices", "must be ≥ 1, not %d", t.Devices)
 	}
+	if t.NumNodes < 0 {
+		bad("trainer.num_nodes", "must be ≥ 1, not %d", t.NumNodes)
+	}
+	oneOf("trainer.strategy", cmp.Or(t.Strategy, "auto"), "auto", "ddp")
 	if _, err := ParsePrecision(string(t.Precision)); err != nil {
 		bad("trainer.precision", "%v", err)
 	}

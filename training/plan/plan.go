@@ -119,8 +119,8 @@ type Path struct {
 type Batch struct {
 	PerDevice  int `json:"per_device"`
 	Accumulate int `json:"accumulate_grad_batches"`
-	// WorldSize is the number of devices; ortrain runs one device per
-	// process and the configuration has no key for more, so it is 1.
+	// WorldSize is the number of processes, one device each
+	// (trainer.devices × trainer.num_nodes).
 	WorldSize int `json:"world_size"`
 	Effective int `json:"effective"`
 }
@@ -370,9 +370,10 @@ func inputs(g *graph.Graph, spec loss.Spec) ([]artifacts.Tensor, error) {
 }
 
 func (p *Plan) batch(c *config.Config) {
-	p.Batch = Batch{PerDevice: c.Data.BatchSize, Accumulate: c.Trainer.AccumulateGradBatches, WorldSize: 1, Effective: c.EffectiveBatchSize(1)}
+	w := c.Trainer.WorldSize()
+	p.Batch = Batch{PerDevice: c.Data.BatchSize, Accumulate: c.Trainer.AccumulateGradBatches, WorldSize: w, Effective: c.EffectiveBatchSize(w)}
 	tc := c.Trainer
-	p.LR = LR{Base: c.Optimizer.LR, Scaling: tc.LRScaling, BaseBatch: tc.BaseBatchSize, Peak: c.PeakLR(1),
+	p.LR = LR{Base: c.Optimizer.LR, Scaling: tc.LRScaling, BaseBatch: tc.BaseBatchSize, Peak: c.PeakLR(w),
 		Schedule: c.Scheduler.Name, MinLR: c.Scheduler.MinLR, Warmup: c.Scheduler.WarmupSteps, WarmupRatio: c.Scheduler.WarmupRatio}
 	if p.LR.Scaling == "" {
 		p.LR.Scaling = "none"
@@ -449,6 +450,7 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 func (p *Plan) loader(c *config.Config, train data.Dataset) {
 	lc := setup.LoaderConfig(c, true)
 	lc.MaxBytes = math.MaxInt64
+	lc.WorldSize = c.Trainer.WorldSize() // rank 0's shard: every rank's has its size
 	l, err := data.New(train, lc)
 	if err != nil {
 		p.Warnings = append(p.Warnings, "training loader: "+err.Error())

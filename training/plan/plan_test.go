@@ -43,9 +43,6 @@ func TestPresets(t *testing.T) {
 	for _, name := range configs.Names() {
 		t.Run(name, func(t *testing.T) {
 			sets := []string{`output_dir="` + t.TempDir() + `"`}
-			if name == "vqgan3d-4gpu" {
-				sets = append(sets, "trainer.devices=1") // refused until data parallel is built
-			}
 			c, missing := preset(t, name, sets...)
 			p, err := Make(c)
 			if err != nil {
@@ -59,8 +56,9 @@ func TestPresets(t *testing.T) {
 			if p.Model.StateBytes != int64(copies)*4*n {
 				t.Errorf("state %d bytes, want %d × 4 × %d", p.Model.StateBytes, copies, n)
 			}
-			if p.Batch.Effective != c.EffectiveBatchSize(1) || p.LR.Peak != c.PeakLR(1) {
-				t.Errorf("batch %d, peak lr %g; want %d, %g", p.Batch.Effective, p.LR.Peak, c.EffectiveBatchSize(1), c.PeakLR(1))
+			w := c.Trainer.WorldSize() // 4 for vqgan3d-4gpu
+			if p.Batch.Effective != c.EffectiveBatchSize(w) || p.LR.Peak != c.PeakLR(w) || p.Batch.WorldSize != w {
+				t.Errorf("batch %d over %d devices, peak lr %g; want %d over %d, %g", p.Batch.Effective, p.Batch.WorldSize, p.LR.Peak, c.EffectiveBatchSize(w), w, c.PeakLR(w))
 			}
 			// The quickstart names its data, which `ortrain quickstart` writes.
 			wantMissing := c.Data.Kind != "synthetic" && name != "quickstart"

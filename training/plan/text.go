@@ -61,7 +61,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 
 	b := p.Batch
-	row("batch", "%d per device × %d accumulated × %d device = %d per optimizer step", b.PerDevice, b.Accumulate, b.WorldSize, b.Effective)
+	row("batch", "%d per device × %d accumulated × %d device%s = %d per optimizer step", b.PerDevice, b.Accumulate, b.WorldSize, map[bool]string{true: "s"}[b.WorldSize > 1], b.Effective)
 	lr := p.LR
 	if lr.Scaling == "none" || lr.BaseBatch == 0 {
 		row("lr", "%s (no scaling) → peak %s", num(lr.Base), num(lr.Peak))

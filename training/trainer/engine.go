@@ -38,11 +38,13 @@ type engine struct {
 	params, states []pair // flip together, after an applied optimizer step
 	// ema[i] is the index in states of params[i]'s moving average; nil
 	// when the run keeps none.
-	ema     []int
-	grads   []pair // flip after every training run
-	buffers []pair // flip after a training run with a finite loss
-	frozen  []*ort.Value
-	p, g, u int // parities of params/states, grads, buffers
+	ema   []int
+	grads []pair // flip after every training run
+	// gradViews[g] are the host views of grads at parity g (gradients).
+	gradViews [2][][]float32
+	buffers   []pair // flip after a training run with a finite loss
+	frozen    []*ort.Value
+	p, g, u   int // parities of params/states, grads, buffers
 
 	trainB [2][2][2]*ort.Binding // [p][g][u]
 	optB   [2][2]*ort.Binding    // [p][g]
@@ -450,6 +452,17 @@ func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gr
 		return gn, true, nil
 	}
 	return gn, false, nil
+}
+
+// gradients are the accumulated gradients the next update reads, as host
+// memory (CPU runs): what a data-parallel run sums across its ranks.
+func (e *engine) gradients() [][]float32 {
+	if e.gradViews[e.g] == nil {
+		for _, g := range e.grads {
+			e.gradViews[e.g] = append(e.gradViews[e.g], ort.Data[float32](g.v[e.g]))
+		}
+	}
+	return e.gradViews[e.g]
 }
 
 // evaluate runs the eval graph on the staged batch and returns its loss.

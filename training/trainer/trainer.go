@@ -37,6 +37,7 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/logging"
@@ -68,6 +69,11 @@ type Options struct {
 	// Callbacks run after the standard ones (metrics, checkpoints, early
 	// stopping, progress).
 	Callbacks []callback.Callback
+	// Comm joins a data-parallel run (nil: one process): this rank trains
+	// on its shard of every batch position, gradients are summed across
+	// the ranks before each update, and only rank 0 logs, shows progress
+	// and writes checkpoints (Dir may be nil on the others).
+	Comm *collective.Comm
 }
 
 // Trainer runs one training run. It is not safe for concurrent use.
@@ -89,6 +95,8 @@ type Trainer struct {
 	cursor      data.Cursor // where the train loader resumes after the last step
 	accum       int
 	terms       []float64 // StepResult.Terms, reused
+	comm        *collective.Comm
+	reduce      []float64 // the step's scalars summed across ranks, reused
 	clip        float64
 	valEvery    int64
 	tokens      int64  // tokens per sample for token models, else 0
@@ -119,7 +127,14 @@ func New(o Options) (t *Trainer, err error) {
 	if err := checkOptimizer(c, m); err != nil {
 		return nil, err
 	}
-	t = &Trainer{cfg: c, accum: c.Trainer.AccumulateGradBatches, clip: c.Trainer.GradientClipVal, lastGood: o.Resume}
+	t = &Trainer{cfg: c, accum: c.Trainer.AccumulateGradBatches, clip: c.Trainer.GradientClipVal, lastGood: o.Resume, comm: o.Comm}
+	world := 1
+	if o.Comm != nil {
+		world = o.Comm.Size()
+		if o.Session.Device.CUDA {
+			return nil, &config.Error{Key: "trainer.device", Msg: "data-parallel training on CUDA devices needs NCCL, which ortrain does not bind yet; ranks on the CPU sum gradients with MPI"}
+		}
+	}
 	defer func() {
 		if err != nil {
 			t.Close()
@@ -128,7 +143,7 @@ func New(o Options) (t *Trainer, err error) {
 	if t.eng, err = openEngine(o.Artifacts, m, o.Session, c.Data.Feeds); err != nil {
 		return t, err
 	}
-	if t.train, t.val, err = loaders(c, o.Train, o.Val); err != nil {
+	if t.train, t.val, err = loaders(c, o.Train, o.Val, o.Comm); err != nil {
 		return t, err
 	}
 	if err := checkMonitor(c, m, t.val != nil); err != nil {
@@ -146,7 +161,7 @@ func New(o Options) (t *Trainer, err error) {
 	if c.Data.Kind == config.KindTokens {
 		t.tokens = int64(c.Data.Tokens.SeqLen)
 	}
-	if t.sched, err = schedule.FromConfig(c, maxSteps, 1); err != nil {
+	if t.sched, err = schedule.FromConfig(c, maxSteps, world); err != nil {
 		return t, err
 	}
 	if m.LossScaleInput != "" {
@@ -185,7 +200,15 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 				s.StopReason = fmt.Sprintf("reached %d steps", s.MaxSteps)
 				break
 			}
-			if ctx.Err() != nil {
+			stop := ctx.Err() != nil
+			if t.comm != nil && err == nil {
+				// Every rank stops at the same step: a signal reaching one
+				// rank stops them all.
+				if stop, err = t.anyRank(stop); err != nil {
+					break
+				}
+			}
+			if stop {
 				s.StopReason = "interrupted; checkpoint written"
 				break
 			}
@@ -214,6 +237,47 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 	}
 	s.Failed = err != nil && de == nil
 	return errors.Join(err, t.callbacks.OnTrainEnd(s))
+}
+
+// allReduce makes the step's result the job's: the losses and terms
+// averaged and the counts summed over the ranks, ok only where every rank's
+// loss was finite, and (when ok) every gradient summed in place — the
+// optimizer then divides by the world size with the gradient scale.
+func (t *Trainer) allReduce(r *callback.StepResult, ok bool) (bool, error) {
+	v := append(t.reduce[:0], r.Loss, float64(r.Samples), float64(r.Tokens), float64(r.Positions), 0)
+	if !ok {
+		v[4] = 1
+	}
+	v = append(v, t.terms...)
+	t.reduce = v
+	if err := t.comm.SumFloat64(v); err != nil {
+		return false, err
+	}
+	n := float64(t.comm.Size())
+	r.Loss, r.Samples, r.Tokens, r.Positions = v[0]/n, int64(v[1]), int64(v[2]), int64(v[3])
+	for i := range t.terms {
+		t.terms[i] = v[5+i] / n
+	}
+	if v[4] != 0 {
+		return false, nil // some rank's loss was not finite: all skip
+	}
+	for _, g := range t.eng.gradients() {
+		if err := t.comm.SumFloat32(g); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// anyRank reports whether flag is set on any rank.
+func (t *Trainer) anyRank(flag bool) (bool, error) {
+	v := append(t.reduce[:0], 0)
+	if flag {
+		v[0] = 1
+	}
+	t.reduce = v
+	err := t.comm.SumFloat64(v)
+	return v[0] > 0, err
 }
 
 // DataError is a training batch that could not be loaded; the message
@@ -271,6 +335,13 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		}
 		ok = ok && finite(loss)
 		t.cursor = b.Cursor
+	}
+	if t.comm != nil {
+		var err error
+		if ok, err = t.allReduce(&r, ok); err != nil {
+			return r, err
+		}
+		gradScale /= float64(t.comm.Size())
 	}
 	overflow := false
 	if ok {
@@ -590,6 +661,15 @@ func (t *Trainer) lastCheckpoint() string {
 // setupCallbacks builds the standard callbacks around the run directory.
 func (t *Trainer) setupCallbacks(o Options) error {
 	tc := t.cfg.Trainer
+	if t.comm != nil && t.comm.Rank() != 0 {
+		// Rank 0 writes for the job; early stopping decides alike on
+		// every rank (validation is whole on each).
+		if tc.EarlyStoppingPatience > 0 {
+			t.callbacks = append(t.callbacks, callback.NewEarlyStopping(tc.Monitor, tc.Mode, tc.EarlyStoppingPatience, tc.EarlyStoppingMinDelta))
+		}
+		t.callbacks = append(t.callbacks, o.Callbacks...)
+		return nil
+	}
 	mgr, err := checkpoint.NewManager(o.Dir.Checkpoints(), tc.SaveTopK, tc.Monitor, tc.Mode)
 	if err != nil {
 		return err
@@ -637,11 +717,17 @@ func (t *Trainer) setupCallbacks(o Options) error {
 
 // loaders makes the train loader (shuffled per the config) and, with a
 // validation set, the val loader (in order).
-func loaders(c *config.Config, train, val data.Dataset) (*data.Loader, *data.Loader, error) {
+func loaders(c *config.Config, train, val data.Dataset, comm *collective.Comm) (*data.Loader, *data.Loader, error) {
 	if train == nil {
 		return nil, nil, errors.New("trainer: no training dataset")
 	}
-	tl, err := data.New(train, setup.LoaderConfig(c, true))
+	tc := setup.LoaderConfig(c, true)
+	if comm != nil {
+		// Each rank its shard of every epoch's order; validation is
+		// whole on every rank, so all reach the same metrics.
+		tc.Rank, tc.WorldSize = comm.Rank(), comm.Size()
+	}
+	tl, err := data.New(train, tc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("training data: %w", err)
 	}

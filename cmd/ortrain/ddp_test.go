@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/collective"
+	"github.com/ortrain/ortrain/training/safetensors"
+)
+
+// ddpConfig is a tiny VQ-GAN (GroupNorm only: no batch statistics that
+// would differ per rank) on synthetic volumes, 50 steps.
+func ddpConfig(t *testing.T, root string) string {
+	path := filepath.Join(root, "vq.toml")
+	body := `name = "vq"
+output_dir = "` + filepath.Join(root, "outputs") + `"
+seed = 1
+[model]
+recipe = "vqgan3d"
+[model.params]
+patch_size = [8, 8, 8]
+channels = 4
+channel_mult = [1, 2]
+res_blocks = 1
+z_channels = 4
+embed_dim = 4
+codebook_size = 16
+groups = 2
+[data]
+kind = "synthetic"
+batch_size = 4
+num_workers = 1
+[trainer]
+device = "cpu"
+max_steps = 50
+val_check_interval = 25
+log_every_n_steps = 5
+[optimizer]
+name = "adamw"
+lr = 1e-2
+[runtime]
+intra_op_threads = 1
+`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDataParallelTwoRanks: mpirun -np 2 with 2 samples per rank trains as
+// one process with 4 per step: each rank takes its shard of every step's
+// samples and the gradients are summed before the update. After 50 steps
+// (AdamW) every weight agrees within float rounding; only rank 0 writes a
+// run directory; a world size the launcher did not start is refused.
+func TestDataParallelTwoRanks(t *testing.T) {
+	if os.Getenv("ORTRAIN_TEST_DDP_ARGS") != "" {
+		// A rank, started by mpirun from the test below.
+		if os.Getenv("ORTRAIN_TEST_KILL_RANK") == os.Getenv("OMPI_COMM_WORLD_RANK") {
+			go func() { // killed mid-run, as by the OOM killer
+				time.Sleep(3 * time.Second)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}()
+		}
+		var out, errOut bytes.Buffer
+		code := run(strings.Split(os.Getenv("ORTRAIN_TEST_DDP_ARGS"), "\x1f"), &out, &errOut)
+		fmt.Print(out.String(), errOut.String())
+		if code != 0 {
+			os.Exit(code)
+		}
+		return
+	}
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"ortrain", "train", "--config", cfg}, &out, &errOut); code != 0 {
+		t.Fatalf("one process: exit %d: %s", code, errOut.String())
+	}
+	if code := run([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "mpirun -np 2") {
+		t.Errorf("trainer.devices=2 without a launcher: exit %d, %q; want 2 saying how to launch", code, errOut.String())
+	}
+	args := strings.Join([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2", "--set", "data.batch_size=2"}, "\x1f")
+	msg, err := collective.Mpirun(2, []string{"ORTRAIN_TEST_DDP_ARGS=" + args}, os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v")
+	if errors.Is(err, collective.ErrNoMpirun) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("mpirun -np 2: %v\n%s", err, msg)
+	}
+	if !strings.Contains(msg, "data-parallel over 2 ranks") {
+		t.Errorf("rank 0 does not say it runs data-parallel:\n%s", msg)
+	}
+	versions, _ := filepath.Glob(filepath.Join(root, "outputs", "vq", "version_*"))
+	if len(versions) != 2 {
+		t.Fatalf("run directories %v: want the single run's and rank 0's only", versions)
+	}
+	one, two := tensors(t, filepath.Join(versions[0], "checkpoints", "last")), tensors(t, filepath.Join(versions[1], "checkpoints", "last"))
+	worst, name := 0.0, ""
+	for k, a := range one {
+		b := two[k]
+		scale := 0.0
+		for _, x := range a {
+			scale = max(scale, math.Abs(x))
+		}
+		for i := range a {
+			if d := math.Abs(a[i]-b[i]) / (scale + 1e-12); d > worst {
+				worst, name = d, k
+			}
+		}
+	}
+	t.Logf("2 ranks × 2 against 1 × 4 after 50 steps: worst weight difference %.2g of its tensor's largest (%s)", worst, name)
+	if worst > 1e-3 || len(one) != len(two) {
+		t.Errorf("weights after 50 steps differ by %.2g (%s): the ranks did not train as one process", worst, name)
+	}
+	st, err := checkpoint.ReadState(filepath.Join(versions[1], "checkpoints", "last"))
+	if err != nil || st.Step != 50 {
+		t.Errorf("rank 0's last checkpoint: step %v, %v; want 50", st, err)
+	}
+}
+
+// TestDataParallelRankDies: a rank killed mid-run ends the job: the other
+// exits and mpirun fails within a bounded time, naming the dead rank,
+// rather than the survivor waiting in its next collective forever.
+func TestDataParallelRankDies(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	args := strings.Join([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2", "--set", "data.batch_size=2",
+		"--set", "trainer.max_steps=100000"}, "\x1f")
+	start := time.Now()
+	msg, err := collective.Mpirun(2, []string{"ORTRAIN_TEST_DDP_ARGS=" + args, "ORTRAIN_TEST_KILL_RANK=1"},
+		os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v")
+	if errors.Is(err, collective.ErrNoMpirun) {
+		t.Skip(err)
+	}
+	took := time.Since(start)
+	if err == nil || !strings.Contains(msg, "rank 1") || took > 2*time.Minute {
+		t.Errorf("rank 1 killed: mpirun returned %v after %v; want a failure naming rank 1 within 2 minutes\n%s", err, took, msg)
+	}
+	t.Logf("rank 1 killed after 3 s: the job ended after %v", took.Round(time.Second))
+}
+
+// tensors reads a checkpoint's float32 tensors as float64.
+func tensors(t *testing.T, ck string) map[string][]float64 {
+	t.Helper()
+	ts, _, err := safetensors.Read(filepath.Join(ck, checkpoint.TensorsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float64{}
+	for _, x := range ts {
+		if x.DType != ort.Float32 {
+			continue
+		}
+		v := make([]float64, len(x.Data)/4)
+		for i := range v {
+			v[i] = float64(math.Float32frombits(uint32(x.Data[4*i]) | uint32(x.Data[4*i+1])<<8 | uint32(x.Data[4*i+2])<<16 | uint32(x.Data[4*i+3])<<24))
+		}
+		out[x.Name] = v
+	}
+	return out
+}
