@@ -13,6 +13,9 @@
 // A dimension that is not known statically is -1. Rules are written to need
 // only ranks and the dimensions that are static in the models ortrain trains
 // (channels, kernel and spatial sizes); the batch dimension may stay symbolic.
+// To add an op's shape rule, register it in inferRules (infer.go); rules run
+// on nodes from files, so they check what they index instead of recovering
+// (TestInferMalformed and FuzzInfer run every rule on malformed nodes).
 package graph
 
 import (
