@@ -26,6 +26,7 @@ import (
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safetensors"
 	"github.com/ortrain/ortrain/training/setup"
+	"github.com/ortrain/ortrain/training/validation"
 )
 
 // CheckpointOptions say what `ortrain eval --checkpoint` evaluates.
@@ -401,10 +402,9 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 		return err
 	}
 	defer loader.Close()
-	var lossSum, count float64
-	var topk metrics.TopK
-	var ppl metrics.Perplexity
-	classes := 0
+	// The metrics validation reports, computed as it computes them.
+	vm := validation.New(m, cfg)
+	fetch := validation.Outputs(m)
 	for {
 		b, err := loader.Next()
 		if err == io.EOF {
@@ -426,51 +426,29 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 			batch[d.Name] = v
 			inputs[d.Name] = v
 		}
-		outs, err := sess.Run(inputs, append([]string{m.Loss}, m.Outputs...)...)
+		outs, err := sess.Run(inputs, append([]string{m.Loss}, fetch...)...)
 		for _, v := range batch {
 			v.Close()
 		}
 		if err != nil {
 			return err
 		}
-		n := b.Tensors[0].Shape[0]
-		loss := float64(ort.Data[float32](outs[0])[0])
-		lossSum += loss * float64(n)
-		count += float64(n)
-		if mask := b.Tensor("loss_mask"); mask != nil && mask.DType == data.Uint8 {
-			// A language model's loss is per predicted token: weigh it
-			// back by the mask's count for the per-token NLL.
-			tokens := int64(0)
-			for _, v := range mask.U8 {
-				tokens += int64(v)
-			}
-			if err := ppl.Add(loss*float64(max(tokens, 1)), tokens); err != nil {
-				return err
-			}
+		named := map[string]*ort.Value{}
+		for i, name := range fetch {
+			named[name] = outs[1+i]
 		}
-		if t, ok := data.Feeds(cfg.Data.Feeds).ClassIndices(b); ok && len(outs) > 1 && len(outs[1].Shape()) == 2 && outs[1].DType() == ort.Float32 {
-			classes = int(outs[1].Shape()[1])
-			if err := topk.Add(ort.Data[float32](outs[1]), int(outs[1].Shape()[1]), t.I64); err != nil {
-				return err
-			}
-		}
+		err = vm.Add(b, b.Tensors[0].Shape[0], float64(ort.Data[float32](outs[0])[0]), named)
 		for _, o := range outs {
 			o.Close()
 		}
-	}
-	if count == 0 {
-		return &InputError{Err: errors.New("the validation set is empty")}
-	}
-	r.Mean[metrics.ValLoss] = lossSum / count // the graph's loss is a batch mean
-	ppl.Report(r.Mean)
-	// Named as validation names them (val/top5 only with 5 classes or more).
-	for _, k := range []int{1, 5} {
-		if classes >= k {
-			if r.Mean[metrics.ValTopK(k)], err = topk.Accuracy(k); err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
 	}
+	if vm.Rows() == 0 {
+		return &InputError{Err: errors.New("the validation set is empty")}
+	}
+	vm.Report(r.Mean)
 	return nil
 }
 

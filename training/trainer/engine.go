@@ -16,6 +16,7 @@ import (
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/safetensors"
+	"github.com/ortrain/ortrain/training/validation"
 )
 
 // pair is a tensor kept on the device in two buffers: a graph reads one and
@@ -64,7 +65,7 @@ type engine struct {
 	terms        [][]float32
 	updateFinite []bool // the optimizer's verdict on the new weights (true without one)
 	// fetch are the model outputs the eval graph also returns to the host
-	// for validation metrics (validationOutputs), bound after the loss.
+	// for validation metrics (validation.Outputs), bound after the loss.
 	fetch                    []string
 	loss, gradNorm, evalLoss []float32
 
@@ -114,7 +115,7 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.
 	if err := e.loadWeights(filepath.Join(dir, artifacts.WeightsFile)); err != nil {
 		return e, err
 	}
-	e.fetch = validationOutputs(m)
+	e.fetch = validation.Outputs(m)
 	return e, e.bind(feeds)
 }
 

@@ -18,7 +18,6 @@
 package trainer
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +30,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ortrain/ortrain/metrics"
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
@@ -41,12 +39,12 @@ import (
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/logging"
-	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/schedule"
 	"github.com/ortrain/ortrain/training/setup"
 	"github.com/ortrain/ortrain/training/telemetry"
+	"github.com/ortrain/ortrain/training/validation"
 )
 
 // Options configure a Trainer.
@@ -393,9 +391,7 @@ func (t *Trainer) validate() error {
 	if lim := t.cfg.Trainer.LimitValBatches; lim > 0 && lim < n {
 		n = lim
 	}
-	var sum float64
-	var count int
-	vm := valMetrics{codebookLen: codebookLen(t.cfg)}
+	vm := validation.New(t.eng.m, t.cfg)
 	for range n {
 		b, err := t.val.Next()
 		if err != nil {
@@ -409,132 +405,21 @@ func (t *Trainer) validate() error {
 		if err != nil {
 			return err
 		}
-		sum += loss * float64(rows)
-		count += rows
-		if err := vm.add(t, b); err != nil {
+		outs, err := t.eng.evalOutputs()
+		if err != nil {
 			return err
 		}
-		if mask := b.Tensor(tokenMask); mask != nil && mask.DType == data.Uint8 {
-			// The graph's loss is per predicted token (the NELBO over the
-			// mask's sum, at least 1): weigh it back by that count.
-			tokens := int64(0)
-			for _, m := range mask.U8 {
-				tokens += int64(m)
-			}
-			if err := vm.ppl.Add(loss*float64(max(tokens, 1)), tokens); err != nil {
-				return fmt.Errorf("validation: %w", err)
-			}
-		}
-	}
-	out := map[string]float64{metrics.ValLoss: sum / float64(max(count, 1))}
-	vm.report(out)
-	return t.callbacks.OnValidationEnd(&t.state, out)
-}
-
-// valMetrics accumulate what validation reports beside val/loss.
-type valMetrics struct {
-	topk        metrics.TopK
-	classes     int
-	ppl         metrics.Perplexity
-	psnr, ssim  metrics.Mean
-	codes       map[int64]int64 // codebook entries used, and how often
-	codebookLen int64
-}
-
-// add takes a validation batch: a classifier's logits and labels
-// (top-1/top-5, as torchvision's recipes watch), a reconstruction against
-// its input (PSNR and SSIM on the loader's [-1, 1] scale, data range 2),
-// and the codebook entries a VQ model picked (usage and perplexity).
-func (v *valMetrics) add(t *Trainer, b *data.Batch) error {
-	outs, err := t.eng.evalOutputs()
-	if err != nil || outs == nil {
-		return err
-	}
-	defer func() {
+		err = vm.Add(b, rows, loss, outs)
 		for _, o := range outs {
 			o.Close()
 		}
-	}()
-	feeds := data.Feeds(t.cfg.Data.Feeds)
-	if logits := outs[classifierOutput(t.eng.m)]; logits != nil && len(logits.Shape()) == 2 && logits.DType() == ort.Float32 {
-		if labels, ok := feeds.ClassIndices(b); ok {
-			v.classes = int(logits.Shape()[1])
-			if err := v.topk.Add(ort.Data[float32](logits), v.classes, labels.I64); err != nil {
-				return err
-			}
+		if err != nil {
+			return fmt.Errorf("validation: %w", err)
 		}
 	}
-	if recon := outs[reconOutput]; recon != nil && recon.DType() == ort.Float32 && len(t.eng.m.Data) > 0 {
-		input, _, err := feeds.Source(t.eng.m.Data[0].Name, b)
-		shape := recon.Shape()
-		if err == nil && input.DType == data.Float32 && len(input.F32) == len(ort.Data[float32](recon)) && len(shape) >= 4 {
-			rec, n := ort.Data[float32](recon), int(shape[0])
-			per := len(rec) / max(n, 1)
-			dims := make([]int, 0, 3)
-			for _, d := range shape[len(shape)-3:] {
-				dims = append(dims, int(d))
-			}
-			for i := range n {
-				x, y := input.F32[i*per:(i+1)*per], rec[i*per:(i+1)*per]
-				p, err := metrics.PSNR(x, y, 2)
-				if err != nil {
-					return err
-				}
-				v.psnr.Add(p)
-				// One channel: SSIM over the volume, where its 11-sample
-				// Gaussian window fits (scikit-image's default).
-				if per == dims[0]*dims[1]*dims[2] && slices.Min(dims) >= 11 {
-					s, err := metrics.SSIM(metrics.Volume{Data: x, Shape: dims}, metrics.Volume{Data: y, Shape: dims}, metrics.SSIMOptions{DataRange: 2})
-					if err != nil {
-						return err
-					}
-					v.ssim.Add(s)
-				}
-			}
-		}
-	}
-	if codes := outs[codesOutput]; codes != nil && codes.DType() == ort.Int64 {
-		if v.codes == nil {
-			v.codes = map[int64]int64{}
-		}
-		for _, c := range ort.Data[int64](codes) {
-			v.codes[c]++
-		}
-	}
-	return nil
-}
-
-// report adds the accumulated metrics to out.
-func (v *valMetrics) report(out map[string]float64) {
-	if v.classes > 0 && v.topk.Count() > 0 {
-		for _, k := range []int{1, 5} {
-			if k <= v.classes {
-				out[metrics.ValTopK(k)], _ = v.topk.Accuracy(k)
-			}
-		}
-	}
-	v.ppl.Report(out)
-	if v.psnr.Count() > 0 {
-		out[metrics.ValPSNR], _ = v.psnr.Value()
-	}
-	if v.ssim.Count() > 0 {
-		out[metrics.ValSSIM], _ = v.ssim.Value()
-	}
-	if len(v.codes) > 0 {
-		var total int64
-		for _, n := range v.codes {
-			total += n
-		}
-		h := 0.0
-		for _, n := range v.codes {
-			p := float64(n) / float64(total)
-			h -= p * math.Log(p)
-		}
-		out[metrics.ValCodebookPerplexity] = math.Exp(h)
-		if v.codebookLen > 0 {
-			out[metrics.ValCodebookUsage] = float64(len(v.codes)) / float64(v.codebookLen)
-		}
-	}
+	out := map[string]float64{}
+	vm.Report(out)
+	return t.callbacks.OnValidationEnd(&t.state, out)
 }
 
 // Snapshot implements callback.Snapshotter: the device state streamed to
@@ -813,81 +698,10 @@ func (e *NonFiniteError) Error() string {
 		e.Step, what, last)
 }
 
-// tokenMask is the token loader's mask of the positions a language model
-// predicts; a model that reads it reports per-token NLL and perplexity.
-const tokenMask = "loss_mask"
-
-// The model outputs validation reads besides the loss: a classifier's
-// logits (the cross-entropy loss's prediction), and the vqgan3d recipe's
-// reconstruction and codebook indices.
-const (
-	reconOutput = "recon"
-	codesOutput = "codes"
-)
-
-// classifierOutput is the logits output of cross-entropy artifacts, "" for
-// others.
-func classifierOutput(m *artifacts.Manifest) string {
-	if m.LossSpec.Kind != loss.CrossEntropy || len(m.Outputs) == 0 {
-		return ""
-	}
-	return cmp.Or(m.LossSpec.Output, m.Outputs[0])
-}
-
-// validationOutputs are the outputs the eval graph returns to the host for
-// validation metrics.
-func validationOutputs(m *artifacts.Manifest) []string {
-	var out []string
-	if c := classifierOutput(m); c != "" {
-		out = append(out, c)
-	}
-	for _, o := range []string{reconOutput, codesOutput} {
-		if slices.Contains(m.Outputs, o) {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// codebookLen is model.params.codebook_size, for codebook usage.
-func codebookLen(c *config.Config) int64 {
-	switch v := c.Model.Params["codebook_size"].(type) {
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	case float64:
-		return int64(v)
-	}
-	return 0
-}
-
-// validationMetrics are the metrics validation computes for the
-// artifacts m, the only ones trainer.monitor can rank checkpoints or stop
-// early by: val/loss; val/top1 and val/top5 for a classifier; val/nll,
-// val/ppl and val/bpt (bits per token) for a language model; val/psnr, val/ssim and the codebook's
-// usage and perplexity for a VQ autoencoder.
-func validationMetrics(m *artifacts.Manifest) []string {
-	out := []string{metrics.ValLoss}
-	if classifierOutput(m) != "" {
-		out = append(out, metrics.ValTop1, metrics.ValTop5)
-	}
-	if slices.ContainsFunc(m.Data, func(d artifacts.Tensor) bool { return d.Name == tokenMask }) {
-		out = append(out, metrics.ValNLL, metrics.ValPPL, metrics.ValBPT)
-	}
-	if slices.Contains(m.Outputs, reconOutput) {
-		out = append(out, metrics.ValPSNR, metrics.ValSSIM)
-	}
-	if slices.Contains(m.Outputs, codesOutput) {
-		out = append(out, metrics.ValCodebookPerplexity, metrics.ValCodebookUsage)
-	}
-	return out
-}
-
 // checkMonitor refuses a monitor validation never reports: top-k would
 // keep the newest checkpoints and early stopping never fire, silently.
 func checkMonitor(c *config.Config, m *artifacts.Manifest, validates bool) error {
-	mon, validationMetrics := c.Trainer.Monitor, validationMetrics(m)
+	mon, validationMetrics := c.Trainer.Monitor, validation.Names(m)
 	switch {
 	case mon == "":
 		return nil

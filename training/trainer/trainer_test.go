@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ortrain/ortrain/eval"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
@@ -476,7 +477,6 @@ num_workers = 0
 device = "cpu"
 max_steps = 2
 val_check_interval = 2
-limit_val_batches = 2
 monitor = "val/psnr"
 mode = "max"
 `), "vq.toml")
@@ -516,6 +516,17 @@ mode = "max"
 	psnr, ssim, usage, ppl := vm["val/psnr"], vm["val/ssim"], vm["val/codebook_usage"], vm["val/codebook_perplexity"]
 	if !(psnr > 0 && psnr < 100) || !(ssim > -1 && ssim <= 1) || !(usage > 0 && usage <= 1) || !(ppl >= 1 && ppl <= 16) {
 		t.Errorf("validation metrics %v: want PSNR in dB, SSIM in (-1, 1], usage in (0, 1], perplexity in [1, 16]", vm)
+	}
+	// `ortrain eval` of the checkpoint taken after that validation reports
+	// the same metrics on the same patches.
+	res, err := eval.EvaluateCheckpoint(t.Context(), eval.CheckpointOptions{Checkpoint: filepath.Join(rd.Path, "checkpoints", "last")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"val/loss", "val/psnr", "val/ssim", "val/codebook_usage", "val/codebook_perplexity"} {
+		if a, b := vm[name], res.Mean[name]; math.Abs(a-b) > 1e-9*math.Abs(a) {
+			t.Errorf("%s: %v at validation, %v from eval of the checkpoint", name, a, b)
+		}
 	}
 }
 
