@@ -54,6 +54,11 @@ const (
 	RecLoss      = "rec_loss"
 	CodebookLoss = "codebook_loss"
 	CommitLoss   = "commit_loss"
+	// CodebookUsage and CodebookPerplexity describe the batch's codes:
+	// the share of the codebook picked, and exp of the entropy of the
+	// codes' frequencies (what the anchors log every step).
+	CodebookUsage      = "codebook_usage"
+	CodebookPerplexity = "codebook_perplexity"
 )
 
 // Config sizes the model; toml tags are the [model.params] names.
@@ -305,6 +310,21 @@ func (m *model) emaCodebook(cb, zf, idx string) []string {
 	return []string{b.UpdateBuffer(cb, codes), b.UpdateBuffer(ClusterSize, size), b.UpdateBuffer(EmbedAvg, sum)}
 }
 
+// codebookStats writes CodebookUsage and CodebookPerplexity of the code
+// indices idx ([M]): counts per code by a scatter-add (no M×K one-hot).
+func (m *model) codebookStats(idx string) {
+	b := m.B
+	K := m.c.CodebookSize
+	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
+	ones := b.Cast(b.Op("Expand", []string{b.Scalar(dtype.Float32, 1), b.Shape(idx)}), dtype.Float32)
+	counts := b.Op("ScatterElements", []string{m.Constant(graph.Float32s("", []int64{int64(K)}, make([]float32, K))), idx, ones},
+		graph.AInt("axis", 0), graph.AString("reduction", "add"))
+	p := b.Div(counts, b.ReduceSum(counts, false))
+	entropy := b.Neg(b.ReduceSum(b.Mul(p, b.Op("Log", []string{b.Add(p, f(1e-10))})), false))
+	b.OpInto(CodebookPerplexity, "Exp", []string{entropy})
+	b.OpInto(CodebookUsage, "ReduceMean", []string{b.Cast(b.Op("Greater", []string{counts, f(0)}), dtype.Float32)}, graph.AInt("keepdims", 0))
+}
+
 // decode writes the decoder from the quantised latent zq ([N, e, d, h, w])
 // to Recon.
 func (m *model) decode(zq string) {
@@ -407,6 +427,7 @@ func Build(c Config) (*graph.Graph, error) {
 	zq := b.Transpose(b.Reshape(zqf, b.Ints(-1, lat[0], lat[1], lat[2], e)), 0, 4, 1, 2, 3)
 	zst := b.Add(ze, m.StopGradient(b.Sub(zq, ze)))
 	b.OpInto(Codes, "Reshape", []string{idx, b.Ints(-1, lat[0], lat[1], lat[2])})
+	m.codebookStats(idx)
 
 	m.decode(zst)
 
@@ -418,7 +439,7 @@ func Build(c Config) (*graph.Graph, error) {
 		// is only logged.
 		total = b.Add(total, CodebookLoss)
 	}
-	outs := []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss}
+	outs := []string{Loss, Recon, Codes, RecLoss, CodebookLoss, CommitLoss, CodebookUsage, CodebookPerplexity}
 	if c.GAN() || c.PerceptualWeight > 0 {
 		extra, eouts := m.trainingTerms(x, Recon)
 		total = b.Add(total, extra)

@@ -146,6 +146,23 @@ func TestForward(t *testing.T) {
 		}
 	}
 	f := func(name string) float64 { return float64(ort.Data[float32](out[name])[0]) }
+	// The batch's codebook usage and perplexity, computed here from the codes.
+	counts := map[int64]float64{}
+	codes := ort.Data[int64](out[vqgan.Codes])
+	for _, code := range codes {
+		counts[code]++
+	}
+	h := 0.0
+	for _, k := range counts {
+		p := k / float64(len(codes))
+		h -= p * math.Log(p+1e-10)
+	}
+	if u, want := f(vqgan.CodebookUsage), float64(len(counts))/float64(c.CodebookSize); math.Abs(u-want) > 1e-6 {
+		t.Errorf("codebook_usage %g, want %g (%d of %d codes)", u, want, len(counts), c.CodebookSize)
+	}
+	if p, want := f(vqgan.CodebookPerplexity), math.Exp(h); math.Abs(p-want) > 1e-4*want {
+		t.Errorf("codebook_perplexity %g, want %g", p, want)
+	}
 	rec, cb, com, loss := f(vqgan.RecLoss), f(vqgan.CodebookLoss), f(vqgan.CommitLoss), f(vqgan.Loss)
 	t.Logf("rec %.4f codebook %.4f commit %.4f loss %.4f", rec, cb, com, loss)
 	if !(rec > 0) || !(cb > 0) || math.Abs(cb-com) > 1e-6*(1+cb) {
