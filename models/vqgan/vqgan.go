@@ -288,10 +288,15 @@ func (m *model) emaCodebook(cb, zf, idx string) []string {
 	m.G.AddInitializer(graph.Raw(EmbedAvg, dtype.Float32, []int64{K, e}, raw))
 	m.G.AddInitializer(graph.Float32s(ClusterSize, []int64{K}, make([]float32, K)))
 	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
-	sg := m.StopGradient(zf)                                                                                                               // the statistics are not trained through
-	onehot := b.Op("OneHot", []string{idx, b.Ints(K), m.Constant(graph.Float32s("", []int64{2}, []float32{0, 1}))}, graph.AInt("axis", 1)) // [M, K]
-	n := b.ReduceSum(onehot, false, 0)                                                                                                     // [K]
-	s := b.MatMul(b.Transpose(onehot, 1, 0), sg)                                                                                           // [K, e]
+	sg := m.StopGradient(zf) // the statistics are not trained through
+	// Per-code count and sum of the batch's vectors by scatter-adds: a
+	// one-hot [M, K] would hold M·K floats (GBs at the presets' sizes).
+	n := b.Op("ScatterElements", []string{m.Constant(graph.Float32s("", []int64{K}, make([]float32, K))), idx,
+		b.Cast(b.Op("Expand", []string{b.Scalar(dtype.Float32, 1), b.Shape(idx)}), dtype.Float32)},
+		graph.AInt("axis", 0), graph.AString("reduction", "add")) // [K]
+	rows := b.Op("Expand", []string{b.Unsqueeze(idx, 1), b.Shape(sg)}) // [M, e]: each vector's code
+	s := b.Op("ScatterElements", []string{m.Constant(graph.Float32s("", []int64{K, e}, make([]float32, K*e))), rows, sg},
+		graph.AInt("axis", 0), graph.AString("reduction", "add")) // [K, e]
 	size := b.Add(b.Mul(ClusterSize, f(d)), b.Mul(n, f(1-d)))
 	sum := b.Add(b.Mul(EmbedAvg, f(d)), b.Mul(s, f(1-d)))
 	total := b.ReduceSum(size, true, 0)
