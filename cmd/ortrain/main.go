@@ -162,11 +162,15 @@ func takesValue(flags []cli.Flag, arg string) bool {
 
 // commands are ortrain's subcommands, in the order --help lists them.
 func commands() []*cli.Command {
-	return []*cli.Command{
+	return append([]*cli.Command{
 		trainCommand(), evalCommand(), sampleCommand(), artifactsCommand(), reportCommand(),
 		planCommand(), doctorCommand(), exportCommand(), quickstartCommand(), benchCommand(),
-	}
+	}, testCommands...)
 }
+
+// testCommands are added by tests (a command that panics, to check how a
+// bug exits); none in the binary.
+var testCommands []*cli.Command
 
 // exitBug is the exit code of a panic.
 const exitBug = 3

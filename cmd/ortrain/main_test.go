@@ -103,3 +103,19 @@ func TestFlagsAfterArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestPanicExitsAsBug: a panic in a command (a bug) exits 3 with "bug" and
+// the stack, never 2, which scripts read as bad input.
+func TestPanicExitsAsBug(t *testing.T) {
+	testCommands = []*cli.Command{{Name: "crash", Action: func(*cli.Context) error {
+		var m map[string]int
+		m["x"]++ // a nil-map write: a runtime panic, as a bug would be
+		return nil
+	}}}
+	defer func() { testCommands = nil }()
+	var out, errOut bytes.Buffer
+	if code := run([]string{"ortrain", "crash"}, &out, &errOut); code != exitBug || code == 2 || !strings.Contains(errOut.String(), "bug") ||
+		!strings.Contains(errOut.String(), "goroutine") {
+		t.Errorf("a panicking command: exit %d, %q; want %d, saying bug, with the stack", code, errOut.String(), exitBug)
+	}
+}
