@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/models/internal/steptest"
 	"github.com/ortrain/ortrain/ort"
@@ -60,6 +61,11 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
 			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
 			"image_gan_weight": 0.7, "disc_channels": 8, "disc_layers": 3, "disc_norm": "group", "disc_loss_type": "vanilla"}, []string{"--step", "2"}, nil},
+		// TATS's EMA codebook with dead-code restarts: the buffers after
+		// one update against the twin's (most codes restart at step 1).
+		{"export_vqgan3d.py", "vqgan3d.onnx", "vqgan3d", map[string]any{"patch_size": []int{8, 8, 16}, "channels": 8,
+			"channel_mult": []int{1, 2}, "res_blocks": 1, "z_channels": 4, "embed_dim": 4, "codebook_size": 16, "groups": 4,
+			"codebook_decay": 0.9, "restart_thres": 0.05}, nil, nil},
 		// A perceptual network (LPIPS-shaped, narrow, random weights) on
 		// the slices beside the image discriminator: its weights frozen,
 		// the gradient through it to the autoencoder checked.
@@ -89,13 +95,21 @@ func TestPyTorchExamplesMatchRecipes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := params(exported), params(m.Graph); !maps(got, want) {
-			t.Errorf("%s: exported parameters %v\nrecipe parameters %v", tc.script, got, want)
-			continue
-		}
 		ref, _, err := safetensors.Read(filepath.Join(dir, "reference.safetensors"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Buffers the export leaves out (read only by the recipe's buffer
+		// updates) start from PyTorch's values, which the reference holds.
+		for _, r := range ref {
+			if name, ok := strings.CutPrefix(r.Name, "init."); ok {
+				m.Graph.AddInitializer(graph.Raw(name, dtype.Float32, r.Shape, r.Data))
+				exported.AddInitializer(graph.Raw(name, dtype.Float32, r.Shape, r.Data))
+			}
+		}
+		if got, want := params(exported), params(m.Graph); !maps(got, want) {
+			t.Errorf("%s: exported parameters %v\nrecipe parameters %v", tc.script, got, want)
+			continue
 		}
 		feeds, want := map[string]*ort.Value{}, 0.0
 		for _, r := range ref {
@@ -162,6 +176,20 @@ func checkGradients(t *testing.T, script string, m *models.Model, feeds map[stri
 		}
 	}
 	t.Logf("%s: worst gradient %s, relative L2 error %.2e", script, worstName, worst)
+	// Buffers after the step's update (the EMA codebook's), against the
+	// twin's update at the same weights.
+	for _, x := range ref {
+		name, ok := strings.CutPrefix(x.Name, "buffer.")
+		if !ok {
+			continue
+		}
+		want := ort.Data[float32](value(t, x))
+		e := diffNorm(r.State(name), want) / max(norm(want), 1e-12)
+		t.Logf("%s: buffer %s after the update, relative L2 error %.2e", script, name, e)
+		if e > 1e-5 {
+			t.Errorf("%s: buffer %s after the update: relative L2 error %.2e against PyTorch", script, name, e)
+		}
+	}
 }
 
 func diffNorm(got, want []float32) float64 {

@@ -159,10 +159,46 @@ class Decoder(nn.Module):
 
 
 class Quantizer(nn.Module):
-    def __init__(self, k, e):
+    def __init__(self, k, e, decay=0.0, restart_thres=1.0, no_random_restart=False):
         super().__init__()
         self.embedding = nn.Embedding(k, e)
         nn.init.uniform_(self.embedding.weight, -1.0 / k, 1.0 / k)
+        self.decay, self.restart_thres, self.no_random_restart = decay, restart_thres, no_random_restart
+        if decay > 0:
+            # TATS's EMA codebook: the codes move by moving averages, not by
+            # a gradient; the statistics are buffers, as in the recipe.
+            self.embedding.weight.requires_grad_(False)
+            self.register_buffer("cluster_size", torch.zeros(k))
+            self.register_buffer("embed_avg", self.embedding.weight.detach().clone())
+
+    def flat(self, z):
+        """The latent vectors [M, e] and their nearest codes [M]."""
+        zf = z.permute(0, 2, 3, 4, 1).reshape(-1, z.shape[1])
+        cb = self.embedding.weight
+        dist = (zf * zf).sum(1, keepdim=True) - 2 * (zf @ cb.t()) + (cb * cb).sum(1)
+        return zf, dist.argmin(1)
+
+    @torch.no_grad()
+    def ema_update(self, z):
+        """TATS's update of the codebook from the latents z: the codes'
+        moving counts N and sums S, Laplace-smoothed counts, codes = S/N,
+        and codes whose N fell below restart_thres replaced by encoder
+        vectors of the batch: row (k*7919) mod M (the recipe's choice,
+        where TATS draws a random permutation). Returns the new codebook,
+        N and S."""
+        zf, idx = self.flat(z)
+        k, d = self.embedding.weight.shape[0], self.decay
+        onehot = F.one_hot(idx, k).float()
+        size = d * self.cluster_size + (1 - d) * onehot.sum(0)
+        avg = d * self.embed_avg + (1 - d) * (onehot.t() @ zf)
+        n = size.sum()
+        smoothed = (size + 1e-7) / (n + k * 1e-7) * n
+        codes = avg / smoothed.unsqueeze(1)
+        if not self.no_random_restart:
+            rows = zf[(torch.arange(k) * 7919) % zf.shape[0]]
+            used = (size >= self.restart_thres).float().unsqueeze(1)
+            codes = codes * used + rows * (1 - used)
+        return codes, size, avg
 
     def forward(self, z):
         n, e = z.shape[0], z.shape[1]
@@ -265,7 +301,8 @@ class VQGAN3D(nn.Module):
         self.cfg, self.beta = cfg, cfg["beta"]
         self.encoder = Encoder(cfg)
         self.quant_conv = nn.Conv3d(cfg["z_channels"], cfg["embed_dim"], 1)
-        self.quantize = Quantizer(cfg["codebook_size"], cfg["embed_dim"])
+        self.quantize = Quantizer(cfg["codebook_size"], cfg["embed_dim"], cfg.get("codebook_decay", 0.0),
+                                  cfg.get("restart_thres", 1.0), cfg.get("no_random_restart", False))
         self.post_quant_conv = nn.Conv3d(cfg["embed_dim"], cfg["z_channels"], 1)
         self.decoder = Decoder(cfg)
 
@@ -284,6 +321,11 @@ class VQGAN3D(nn.Module):
         recon = self.decoder(self.post_quant_conv(z_st))
         rec = (volume - recon).abs().mean()
         return recon, codes, rec, codebook, commit
+
+    def ae_loss(self, rec, codebook, commit):
+        """The autoencoder's loss: an EMA codebook has no codebook term."""
+        loss = self.cfg["l1_weight"] * rec + self.beta * commit
+        return loss if self.quantize.decay > 0 else loss + codebook
 
     def sides(self, volume, recon, step):
         """(weight, discriminator, real, fake) per discriminator in use."""
@@ -331,7 +373,7 @@ class VQGAN3D(nn.Module):
 
     def forward(self, volume, step=None):
         recon, codes, rec, codebook, commit = self.autoencode(volume)
-        loss = self.cfg["l1_weight"] * rec + codebook + self.beta * commit
+        loss = self.ae_loss(rec, codebook, commit)
         if step is None:
             return loss, recon, codes, rec, codebook, commit
         g, feat = self.generator_terms(volume, recon, step, frozen=True)
@@ -356,14 +398,14 @@ def anchor_gradients(model, x, step):
     if not disc:  # a perceptual term alone: one optimizer
         recon, codes, rec, codebook, commit = model.autoencode(x)
         g, _ = model.generator_terms(x, recon, step, frozen=False)
-        loss = model.cfg["l1_weight"] * rec + codebook + model.beta * commit + g
+        loss = model.ae_loss(rec, codebook, commit) + g
         loss.backward()
         return loss
     for p in disc:
         p.requires_grad_(False)
     recon, codes, rec, codebook, commit = model.autoencode(x)
     g, feat = model.generator_terms(x, recon, step, frozen=False)
-    ae_loss = model.cfg["l1_weight"] * rec + codebook + model.beta * commit + g + feat
+    ae_loss = model.ae_loss(rec, codebook, commit) + g + feat
     ae_loss.backward()
     for p in disc:
         p.requires_grad_(True)
@@ -402,15 +444,25 @@ def main():
     ox.export(model, inputs, os.path.join(a.out, "vqgan3d.onnx"), output_names=outputs)
     model.zero_grad()
     model.train()
+    initial = {}
+    if model.quantize.decay > 0:
+        # The buffers before the step (an export leaves unused buffers out).
+        initial = {"init.quantize.cluster_size": model.quantize.cluster_size.clone(),
+                   "init.quantize.embed_avg": model.quantize.embed_avg.clone()}
     if GLOBAL_STEP in inputs:
         loss = anchor_gradients(model, x, inputs[GLOBAL_STEP])
     else:
         loss = model(x)[0]
         loss.backward()
-    tensors = dict(inputs, loss=loss.detach().reshape(()))
+    tensors = dict(inputs, loss=loss.detach().reshape(()), **initial)
     for name, prm in model.named_parameters():
         if prm.grad is not None:  # the frozen perceptual network has none
             tensors["grad." + name] = prm.grad
+    if model.quantize.decay > 0:
+        # The codebook's buffers after this step's update.
+        codes, size, avg = model.quantize.ema_update(model.quant_conv(model.encoder(x)))
+        tensors.update({"buffer.quantize.embedding.weight": codes, "buffer.quantize.cluster_size": size,
+                        "buffer.quantize.embed_avg": avg})
     write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
     print("loss", float(loss))
 
