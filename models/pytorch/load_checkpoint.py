@@ -8,9 +8,10 @@ moving average, where the run kept one: optimizer.ema_decay).
     /usr/bin/python3 models/pytorch/load_checkpoint.py CHECKPOINT_DIR --run IN.safetensors OUT.safetensors
 
 The first form loads and prints what it loaded. --run also feeds the
-tensors of IN (the model's inputs by name: "volume" for the VQ-GAN) to the
-model in eval mode and writes its outputs to OUT ("recon" and "codes" for
-the VQ-GAN). From Python:
+tensors of IN (the model's inputs by name: "volume" for the VQ-GAN;
+"noisy_ids", "input_ids", "t", "loss_mask" for the LM) to the model in
+eval mode and writes its outputs to OUT ("recon" and "codes"; "logits"
+and "loss", the NELBO per predicted token). From Python:
 
     sys.path.insert(0, "models/pytorch")
     from load_checkpoint import load
@@ -137,8 +138,8 @@ def main():
                 recon, codes, _, _, _ = model.autoencode(feeds["volume"])
                 outs = {"recon": recon, "codes": codes}
             else:
-                _, logits = model(feeds["noisy_ids"], feeds["input_ids"], feeds["t"], feeds["loss_mask"])
-                outs = {"logits": logits}
+                loss, logits = model(feeds["noisy_ids"], feeds["input_ids"], feeds["t"], feeds["loss_mask"])
+                outs = {"logits": logits, "loss": loss.reshape(())}
         write_safetensors(a.run[1], outs)
         print("wrote", a.run[1])
 
