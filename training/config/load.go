@@ -226,7 +226,8 @@ var volatileKeys = []string{
 }
 
 // Hash is a stable hex SHA-256 of the settings that change the computation
-// (model, data shapes and order, precision, optimizer, schedule, seed).
+// (model, data shapes and order, the samples per optimizer step,
+// precision, optimizer, schedule, seed).
 // Paths, devices, logging, run length and [runtime] are left out: a resumed
 // run may move its data, extend max_steps or change GPU. A checkpoint stores
 // it so resume can tell a changed configuration; Diff says what changed.
@@ -235,6 +236,15 @@ func (c *Config) Hash() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// How a step's samples split into devices, per-device batches and
+	// accumulated micro-batches does not change which samples a step
+	// takes (ranks interleave each epoch's order) nor its mean gradient:
+	// only the samples per optimizer step count, so a checkpoint moves
+	// between 1 and N devices at the same global batch.
+	for _, k := range []string{"data.batch_size", "trainer.accumulate_grad_batches", "trainer.devices", "trainer.num_nodes"} {
+		delete(flat, k)
+	}
+	flat["global_batch"] = int64(c.EffectiveBatchSize(c.Trainer.WorldSize()))
 	keys := make([]string, 0, len(flat))
 	for k := range flat {
 		if !volatile(k) {

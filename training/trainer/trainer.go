@@ -475,6 +475,9 @@ func (t *Trainer) restore(dir string, log io.Writer) error {
 	if err := json.Unmarshal(st.Loader, &t.cursor); err != nil {
 		return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "loader: " + err.Error()}
 	}
+	if err := t.rescaleCursor(dir, st.Config); err != nil {
+		return err
+	}
 	if err := t.train.Resume(t.cursor); err != nil {
 		return err
 	}
@@ -486,6 +489,28 @@ func (t *Trainer) restore(dir string, log io.Writer) error {
 	t.sched, t.updates = ss.Schedule, ss.Updates
 	t.state.Step, t.state.Epoch = st.Step, int64(t.cursor.Epoch)
 	return t.callbacks.Restore(st.Callbacks)
+}
+
+// rescaleCursor converts the loader position saved by a run that split
+// its steps into other per-device batches or another number of devices
+// (the same samples per step: the configuration check saw to it): the
+// position counts one rank's batches, so it scales by batch × devices.
+func (t *Trainer) rescaleCursor(dir, saved string) error {
+	old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile))
+	if err != nil {
+		return nil // the configuration check parsed it already
+	}
+	was := old.Data.BatchSize * old.Trainer.WorldSize()
+	now := t.cfg.Data.BatchSize * t.cfg.Trainer.WorldSize()
+	if was == now {
+		return nil
+	}
+	samples := t.cursor.Position * was
+	if samples%now != 0 {
+		return &config.Error{Source: dir, Key: "resume", Msg: fmt.Sprintf("the checkpoint stopped %d samples into its epoch, which %d-sample rounds (data.batch_size × devices) do not divide", samples, now)}
+	}
+	t.cursor.Position = samples / now
+	return nil
 }
 
 // configChanged explains why a checkpoint cannot be resumed with this
@@ -514,6 +539,13 @@ func resumable(c *config.Config, dir, hash, saved string) (added []string, err e
 		return nil, nil
 	}
 	old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile))
+	if err == nil {
+		// The saved configuration hashed as this version hashes (a
+		// checkpoint from before a change in what the hash covers).
+		if h, herr := old.Hash(); herr == nil && h == now {
+			return nil, nil
+		}
+	}
 	if err == nil && c.Model.Recipe != "" && old.Model.Recipe == c.Model.Recipe {
 		if diff, err := config.Diff(old, c); err == nil && !slices.ContainsFunc(diff, func(k string) bool {
 			return !strings.HasPrefix(k, "model.params.") && !strings.HasSuffix(k, "(volatile)")
