@@ -66,6 +66,9 @@ type Recipe struct {
 	// added says which modules a configuration adds to a checkpoint's
 	// while leaving the rest of the computation as it was (nil: none can).
 	added func(old, now map[string]any) ([]string, error)
+	// codebook is the number of codes a VQ recipe's "codes" output picks
+	// from (nil: not a VQ recipe).
+	codebook func(params map[string]any) (int64, error)
 }
 
 // recipes is the registry, by name: the one list of recipes, which config
@@ -76,7 +79,7 @@ var recipes = map[string]Recipe{
 	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)",
 		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default),
 		parts: map[string]func(map[string]any) (*graph.Graph, error){"encoder": vqganEncoder, "decoder": vqganDecoder},
-		added: vqganAdded},
+		added: vqganAdded, codebook: vqganCodebook},
 	"bd3lm": {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)",
 		build: buildLM, check: checker("bd3lm", diffusionlm.Default)},
 }
@@ -140,6 +143,29 @@ func Added(name string, old, now map[string]any) (prefixes []string, ok bool) {
 	}
 	prefixes, err := r.added(old, now)
 	return prefixes, err == nil
+}
+
+// CodebookSize is the number of codes a VQ recipe's codes output picks
+// from, for codebook usage; 0 for other recipes or parameters it cannot
+// read.
+func CodebookSize(name string, params map[string]any) int64 {
+	r, ok := recipes[name]
+	if !ok || r.codebook == nil {
+		return 0
+	}
+	n, err := r.codebook(params)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func vqganCodebook(params map[string]any) (int64, error) {
+	c := vqgan.Default()
+	if err := decode("vqgan3d", params, &c); err != nil {
+		return 0, err
+	}
+	return int64(c.CodebookSize), nil
 }
 
 // vqganAdded: a configuration that turns the discriminators and/or the

@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/ortrain/ortrain/metrics"
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
@@ -74,19 +75,6 @@ func Names(m *artifacts.Manifest) []string {
 	return out
 }
 
-// codebookLen is model.params.codebook_size, for codebook usage.
-func codebookLen(c *config.Config) int64 {
-	switch v := c.Model.Params["codebook_size"].(type) {
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	case float64:
-		return int64(v)
-	}
-	return 0
-}
-
 // Metrics accumulates a validation pass.
 type Metrics struct {
 	m           *artifacts.Manifest
@@ -103,7 +91,7 @@ type Metrics struct {
 
 // New starts a pass over the artifacts m of the run configured by c.
 func New(m *artifacts.Manifest, c *config.Config) *Metrics {
-	return &Metrics{m: m, feeds: data.Feeds(c.Data.Feeds), codebookLen: codebookLen(c)}
+	return &Metrics{m: m, feeds: data.Feeds(c.Data.Feeds), codebookLen: models.CodebookSize(c.Model.Recipe, c.Model.Params)}
 }
 
 // Add takes a batch of rows samples, the graph's loss on it and its
