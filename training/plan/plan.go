@@ -232,6 +232,9 @@ func Make(c *config.Config) (*Plan, error) {
 		p.CUDA = &CUDA{UseTF32: r.UseTF32, ConvAlgoSearch: r.CudnnConvAlgoSearch, GPUMemLimit: int64(r.GPUMemLimit),
 			ArenaExtendStrategy: r.ArenaExtendStrategy, EnableCUDAGraph: r.EnableCUDAGraph, AllowCPUFallback: r.AllowCPUFallback}
 	}
+	if w := c.Trainer.WorldSize(); w > 1 && strings.HasPrefix(c.Trainer.Device, "cuda") {
+		p.Refusals = append(p.Refusals, fmt.Sprintf("%d ranks on CUDA devices: data-parallel training on GPUs needs NCCL, which ortrain does not bind yet (ranks on the CPU sum gradients with MPI)", w))
+	}
 	m, err := p.model(c)
 	if err != nil {
 		return nil, err
