@@ -69,19 +69,21 @@ type Recipe struct {
 	// codebook is the number of codes a VQ recipe's "codes" output picks
 	// from (nil: not a VQ recipe).
 	codebook func(params map[string]any) (int64, error)
+	// defaults is the recipe's Config with every parameter at its default.
+	defaults func() any
 }
 
 // recipes is the registry, by name: the one list of recipes, which config
 // accepts.
 var recipes = map[string]Recipe{
 	"resnet": {Name: "resnet", Summary: "ResNet-18/34/50/101/152 image classifier, torchvision layout (cross-entropy)",
-		build: buildResNet, check: checker("resnet", resnet.Default)},
-	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses)",
-		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default),
+		build: buildResNet, check: checker("resnet", resnet.Default), defaults: func() any { return resnet.Default() }},
+	"vqgan3d": {Name: "vqgan3d", Summary: "3D VQ-GAN autoencoder for CT volumes (L1 + VQ codebook/commitment losses; optional 2-D/3-D discriminators and a perceptual term)",
+		build: buildVQGAN, check: checker("vqgan3d", vqgan.Default), defaults: func() any { return vqgan.Default() },
 		parts: map[string]func(map[string]any) (*graph.Graph, error){"encoder": vqganEncoder, "decoder": vqganDecoder},
 		added: vqganAdded, codebook: vqganCodebook},
 	"bd3lm": {Name: "bd3lm", Summary: "block-diffusion transformer LM, BD3-LM/HDP-Diffusion (masked-token NELBO)",
-		build: buildLM, check: checker("bd3lm", diffusionlm.Default)},
+		build: buildLM, check: checker("bd3lm", diffusionlm.Default), defaults: func() any { return diffusionlm.Default() }},
 }
 
 // Names lists the registered recipes, sorted.
@@ -191,6 +193,30 @@ func vqganAdded(old, now map[string]any) ([]string, error) {
 		return nil, fmt.Errorf("other parameters change too")
 	}
 	return added, nil
+}
+
+// Param is one of a recipe's parameters (a model.params key) and its
+// default.
+type Param struct {
+	Key     string
+	Default any
+}
+
+// Params lists the recipe's parameters in their Config's order, with
+// their defaults: the toml tags of its Config.
+func (r Recipe) Params() []Param {
+	if r.defaults == nil {
+		return nil
+	}
+	v := reflect.ValueOf(r.defaults())
+	var out []Param
+	for i := range v.NumField() {
+		key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+		if key != "" && key != "-" {
+			out = append(out, Param{key, v.Field(i).Interface()})
+		}
+	}
+	return out
 }
 
 // Parts lists the parts a recipe can export on their own, sorted.
