@@ -2,13 +2,12 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 	"time"
+
+	"github.com/ortrain/ortrain/internal/fuzzguard"
 )
 
 // FuzzParseResolve feeds arbitrary TOML, seeded with the presets of
@@ -58,8 +57,8 @@ func FuzzParseResolve(f *testing.F) {
 	}
 	const path = "fuzz.toml"
 	f.Fuzz(func(t *testing.T, b []byte) {
-		defer watchdog(10 * time.Second)()
-		before := allocated()
+		defer fuzzguard.Watchdog(10 * time.Second)()
+		before := fuzzguard.Allocated()
 		c, err := Parse(b, path)
 		if err == nil {
 			err = c.Resolve()
@@ -69,7 +68,7 @@ func FuzzParseResolve(f *testing.F) {
 		} else if !namesSource(err, path) {
 			t.Errorf("Parse error is not a config.Error naming %s: %v", path, err)
 		}
-		if used, budget := allocated()-before, uint64(64<<20+100*len(b)); used > budget {
+		if used, budget := fuzzguard.Allocated()-before, uint64(64<<20+100*len(b)); used > budget {
 			t.Errorf("parsing %d bytes allocated %d bytes (budget %d)", len(b), used, budget)
 		}
 	})
@@ -108,22 +107,4 @@ func roundTrip(t *testing.T, c *Config) {
 		d, _ := Diff(c, back)
 		t.Fatalf("hash changes through Encode (%v, %v): %v\n%s", err1, err2, d, enc)
 	}
-}
-
-// watchdog turns an input still running after d into a crash showing
-// every goroutine, which the fuzzer records as a failing input (it has no
-// timeout of its own: a hang just stalls it). Call the result to disarm.
-func watchdog(d time.Duration) (stop func() bool) {
-	return time.AfterFunc(d, func() {
-		debug.SetTraceback("all")
-		panic(fmt.Sprintf("fuzz input still running after %v", d))
-	}).Stop
-}
-
-// allocated is the number of bytes allocated on the heap so far; unlike
-// runtime.ReadMemStats it does not stop the world.
-func allocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/internal/fuzzguard"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
@@ -153,37 +152,19 @@ func FuzzLoad(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		defer watchdog(10 * time.Second)()
-		before := allocated()
+		defer fuzzguard.Watchdog(10 * time.Second)()
+		before := fuzzguard.Allocated()
 		g, err := load(path, b) // Load after reading the file
 		if err == nil {
 			readAll(t, g)
 		}
-		if used, budget := allocated()-before, uint64(64<<20+100*(len(b)+len(data))); used > budget {
+		if used, budget := fuzzguard.Allocated()-before, uint64(64<<20+100*(len(b)+len(data))); used > budget {
 			t.Errorf("loading %d bytes allocated %d bytes (budget %d)", len(b), used, budget)
 		}
 		if err != nil && !strings.Contains(err.Error(), path) {
 			t.Errorf("error does not name the file: %v", err)
 		}
 	})
-}
-
-// watchdog turns an input still running after d into a crash showing
-// every goroutine, which the fuzzer records as a failing input (it has no
-// timeout of its own: a hang just stalls it). Call the result to disarm.
-func watchdog(d time.Duration) (stop func() bool) {
-	return time.AfterFunc(d, func() {
-		debug.SetTraceback("all")
-		panic(fmt.Sprintf("fuzz input still running after %v", d))
-	}).Stop
-}
-
-// allocated is the number of bytes allocated on the heap so far; unlike
-// runtime.ReadMemStats it does not stop the world.
-func allocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 // readAll reads the data of every initializer and Constant node of g and

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/internal/fuzzguard"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
@@ -210,7 +211,7 @@ func FuzzInfer(f *testing.F) {
 		f.Add(append(slices.Clone(seed), 1, 0, 0, 6))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		defer watchdog(10 * time.Second)()
+		defer fuzzguard.Watchdog(10 * time.Second)()
 		g := fuzzInferGraph(b)
 		checkFacts(t, g)
 		g.Reinfer()

@@ -3,14 +3,12 @@ package ortimport
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 	"time"
 
+	"github.com/ortrain/ortrain/internal/fuzzguard"
 	"github.com/ortrain/ortrain/ort"
 )
 
@@ -82,10 +80,10 @@ func FuzzParseCheckpoint(f *testing.F) {
 	f.Add(aliasedCheckpoint(4000, 10000))
 	const path = "fuzz/checkpoint"
 	f.Fuzz(func(t *testing.T, b []byte) {
-		defer watchdog(10 * time.Second)()
-		before := allocated()
+		defer fuzzguard.Watchdog(10 * time.Second)()
+		before := fuzzguard.Allocated()
 		c, err := parseCheckpoint(path, b)
-		if used, budget := allocated()-before, uint64(64<<20+100*len(b)); used > budget {
+		if used, budget := fuzzguard.Allocated()-before, uint64(64<<20+100*len(b)); used > budget {
 			t.Errorf("reading %d bytes allocated %d bytes (budget %d)", len(b), used, budget)
 		}
 		if err != nil {
@@ -128,22 +126,4 @@ func TestCheckpointSharedData(t *testing.T) {
 	if _, err := parseCheckpoint("x", aliasedCheckpoint(4000, 10000)); !errors.As(err, &fe) {
 		t.Fatalf("4000 offsets to one 40 kB tensor: err = %v, want a FormatError", err)
 	}
-}
-
-// watchdog turns an input still running after d into a crash showing
-// every goroutine, which the fuzzer records as a failing input (it has no
-// timeout of its own: a hang just stalls it). Call the result to disarm.
-func watchdog(d time.Duration) (stop func() bool) {
-	return time.AfterFunc(d, func() {
-		debug.SetTraceback("all")
-		panic(fmt.Sprintf("fuzz input still running after %v", d))
-	}).Stop
-}
-
-// allocated is the number of bytes allocated on the heap so far; unlike
-// runtime.ReadMemStats it does not stop the world.
-func allocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }

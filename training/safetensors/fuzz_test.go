@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ortrain/ortrain/internal/fuzzguard"
 	"github.com/ortrain/ortrain/ort"
 )
 
@@ -66,8 +64,8 @@ func FuzzOpen(f *testing.F) {
 		if _, err := w.WriteAt(b, 0); err != nil {
 			t.Fatal(err)
 		}
-		defer watchdog(10 * time.Second)()
-		before := allocated()
+		defer fuzzguard.Watchdog(10 * time.Second)()
+		before := fuzzguard.Allocated()
 		sf, err := Open(path)
 		if err != nil {
 			var ce *CorruptError
@@ -105,7 +103,7 @@ func FuzzOpen(f *testing.F) {
 		if end != int64(len(b)) {
 			t.Errorf("tensors end at %d in a %d-byte file", end, len(b))
 		}
-		if used, budget := allocated()-before, uint64(64<<20+100*len(b)); used > budget {
+		if used, budget := fuzzguard.Allocated()-before, uint64(64<<20+100*len(b)); used > budget {
 			t.Errorf("reading %d bytes allocated %d bytes (budget %d)", len(b), used, budget)
 		}
 		ts, _, err := Decode(b)
@@ -113,22 +111,4 @@ func FuzzOpen(f *testing.F) {
 			t.Errorf("Decode: %d tensors, %v; Open found %d", len(ts), err, len(sf.Tensors()))
 		}
 	})
-}
-
-// watchdog turns an input still running after d into a crash showing
-// every goroutine, which the fuzzer records as a failing input (it has no
-// timeout of its own: a hang just stalls it). Call the result to disarm.
-func watchdog(d time.Duration) (stop func() bool) {
-	return time.AfterFunc(d, func() {
-		debug.SetTraceback("all")
-		panic(fmt.Sprintf("fuzz input still running after %v", d))
-	}).Stop
-}
-
-// allocated is the number of bytes allocated on the heap so far; unlike
-// runtime.ReadMemStats it does not stop the world.
-func allocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
