@@ -289,14 +289,10 @@ func (m *model) emaCodebook(cb, zf, idx string) []string {
 	m.G.AddInitializer(graph.Float32s(ClusterSize, []int64{K}, make([]float32, K)))
 	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
 	sg := m.StopGradient(zf) // the statistics are not trained through
-	// Per-code count and sum of the batch's vectors by scatter-adds: a
-	// one-hot [M, K] would hold M·K floats (GBs at the presets' sizes).
-	n := b.Op("ScatterElements", []string{m.Constant(graph.Float32s("", []int64{K}, make([]float32, K))), idx,
-		b.Cast(b.Op("Expand", []string{b.Scalar(dtype.Float32, 1), b.Shape(idx)}), dtype.Float32)},
-		graph.AInt("axis", 0), graph.AString("reduction", "add")) // [K]
+	// Per-code count and sum of the batch's vectors.
+	n := m.codeCounts(idx)                                             // [K]
 	rows := b.Op("Expand", []string{b.Unsqueeze(idx, 1), b.Shape(sg)}) // [M, e]: each vector's code
-	s := b.Op("ScatterElements", []string{m.Constant(graph.Float32s("", []int64{K, e}, make([]float32, K*e))), rows, sg},
-		graph.AInt("axis", 0), graph.AString("reduction", "add")) // [K, e]
+	s := m.scatterAdd([]int64{K, e}, rows, sg)                         // [K, e]
 	size := b.Add(b.Mul(ClusterSize, f(d)), b.Mul(n, f(1-d)))
 	sum := b.Add(b.Mul(EmbedAvg, f(d)), b.Mul(s, f(1-d)))
 	total := b.ReduceSum(size, true, 0)
@@ -315,15 +311,27 @@ func (m *model) emaCodebook(cb, zf, idx string) []string {
 	return []string{b.UpdateBuffer(cb, codes), b.UpdateBuffer(ClusterSize, size), b.UpdateBuffer(EmbedAvg, sum)}
 }
 
+// scatterAdd sums the rows of values into a zero tensor of shape at the
+// positions idx gives along axis 0: per-code sums without the M×K one-hot
+// a matrix product would need (GBs at the presets' sizes).
+func (m *model) scatterAdd(shape []int64, idx, values string) string {
+	zeros := m.Constant(graph.Float32s("", shape, make([]float32, dtype.Numel(shape))))
+	return m.B.Op("ScatterElements", []string{zeros, idx, values}, graph.AInt("axis", 0), graph.AString("reduction", "add"))
+}
+
+// codeCounts is how many of the code indices idx ([M]) pick each code ([K]).
+func (m *model) codeCounts(idx string) string {
+	b := m.B
+	ones := b.Op("Expand", []string{b.Scalar(dtype.Float32, 1), b.Shape(idx)})
+	return m.scatterAdd([]int64{int64(m.c.CodebookSize)}, idx, ones)
+}
+
 // codebookStats writes CodebookUsage and CodebookPerplexity of the code
-// indices idx ([M]): counts per code by a scatter-add (no M×K one-hot).
+// indices idx ([M]).
 func (m *model) codebookStats(idx string) {
 	b := m.B
-	K := m.c.CodebookSize
 	f := func(v float64) string { return b.Scalar(dtype.Float32, v) }
-	ones := b.Cast(b.Op("Expand", []string{b.Scalar(dtype.Float32, 1), b.Shape(idx)}), dtype.Float32)
-	counts := b.Op("ScatterElements", []string{m.Constant(graph.Float32s("", []int64{int64(K)}, make([]float32, K))), idx, ones},
-		graph.AInt("axis", 0), graph.AString("reduction", "add"))
+	counts := m.codeCounts(idx)
 	p := b.Div(counts, b.ReduceSum(counts, false))
 	entropy := b.Neg(b.ReduceSum(b.Mul(p, b.Op("Log", []string{b.Add(p, f(1e-10))})), false))
 	b.OpInto(CodebookPerplexity, "Exp", []string{entropy})
