@@ -124,6 +124,15 @@ func TestDataParallelTwoRanks(t *testing.T) {
 	if worst > 1e-3 || len(one) != len(two) {
 		t.Errorf("weights after 50 steps differ by %.2g (%s): the ranks did not train as one process", worst, name)
 	}
+	// Each rank validates half of the 256 validation samples and the
+	// totals are summed: the job's metrics are the single process's.
+	valOne, valTwo := valMetrics(t, versions[0]), valMetrics(t, versions[1])
+	for _, name := range []string{"val/loss", "val/psnr", "val/codebook_usage", "val/codebook_perplexity"} {
+		a, b := valOne[name], valTwo[name]
+		if a == 0 || math.Abs(a-b) > 1e-3*math.Abs(a) {
+			t.Errorf("%s at step 50: %v from 2 ranks' shards, %v from one process", name, b, a)
+		}
+	}
 	st, err := checkpoint.ReadState(filepath.Join(versions[1], "checkpoints", "last"))
 	if err != nil || st.Step != 50 {
 		t.Errorf("rank 0's last checkpoint: step %v, %v; want 50", st, err)
@@ -195,6 +204,26 @@ func TestDataParallelRankDies(t *testing.T) {
 		t.Errorf("rank 1 killed: mpirun returned %v after %v; want a failure naming rank 1 within 2 minutes\n%s", err, took, msg)
 	}
 	t.Logf("rank 1 killed after 3 s: the job ended after %v", took.Round(time.Second))
+}
+
+// valMetrics are a run's validation metrics at its last step, from
+// metrics.csv (rows step, name, value, time).
+func valMetrics(t *testing.T, version string) map[string]float64 {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(version, "metrics.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) >= 3 && strings.HasPrefix(f[1], "val/") {
+			var v float64
+			fmt.Sscan(f[2], &v)
+			out[f[1]] = v // the last row of each wins
+		}
+	}
+	return out
 }
 
 // tensors reads a checkpoint's float32 tensors as float64.

@@ -94,6 +94,7 @@ type Trainer struct {
 	accum       int
 	terms       []float64 // StepResult.Terms, reused
 	comm        *collective.Comm
+	valShards   bool      // each rank validates its shard (see New)
 	reduce      []float64 // the step's scalars summed across ranks, reused
 	clip        float64
 	valEvery    int64
@@ -141,7 +142,10 @@ func New(o Options) (t *Trainer, err error) {
 	if t.eng, err = openEngine(o.Artifacts, m, o.Session, c.Data.Feeds); err != nil {
 		return t, err
 	}
-	if t.train, t.val, err = loaders(c, o.Train, o.Val, o.Comm); err != nil {
+	// A data-parallel run validates a shard on each rank and sums the
+	// totals, where every metric adds up (validation.Metrics.Shardable).
+	t.valShards = o.Comm != nil && validation.New(m, c).Shardable()
+	if t.train, t.val, err = loaders(c, o.Train, o.Val, o.Comm, t.valShards); err != nil {
 		return t, err
 	}
 	if err := checkMonitor(c, m, t.val != nil); err != nil {
@@ -417,6 +421,11 @@ func (t *Trainer) validate() error {
 			return fmt.Errorf("validation: %w", err)
 		}
 	}
+	if t.valShards {
+		if err := vm.Reduce(t.comm.SumFloat64); err != nil {
+			return err
+		}
+	}
 	out := map[string]float64{}
 	vm.Report(out)
 	return t.callbacks.OnValidationEnd(&t.state, out)
@@ -580,7 +589,7 @@ func (t *Trainer) setupCallbacks(o Options) error {
 	tc := t.cfg.Trainer
 	if t.comm != nil && t.comm.Rank() != 0 {
 		// Rank 0 writes for the job; early stopping decides alike on
-		// every rank (validation is whole on each).
+		// every rank (each reports the job's validation).
 		if tc.EarlyStoppingPatience > 0 {
 			t.callbacks = append(t.callbacks, callback.NewEarlyStopping(tc.Monitor, tc.Mode, tc.EarlyStoppingPatience, tc.EarlyStoppingMinDelta))
 		}
@@ -634,14 +643,13 @@ func (t *Trainer) setupCallbacks(o Options) error {
 
 // loaders makes the train loader (shuffled per the config) and, with a
 // validation set, the val loader (in order).
-func loaders(c *config.Config, train, val data.Dataset, comm *collective.Comm) (*data.Loader, *data.Loader, error) {
+func loaders(c *config.Config, train, val data.Dataset, comm *collective.Comm, valShards bool) (*data.Loader, *data.Loader, error) {
 	if train == nil {
 		return nil, nil, errors.New("trainer: no training dataset")
 	}
 	tc := setup.LoaderConfig(c, true)
 	if comm != nil {
-		// Each rank its shard of every epoch's order; validation is
-		// whole on every rank, so all reach the same metrics.
+		// Each rank its shard of every epoch's order.
 		tc.Rank, tc.WorldSize = comm.Rank(), comm.Size()
 	}
 	tl, err := data.New(train, tc)
@@ -651,7 +659,11 @@ func loaders(c *config.Config, train, val data.Dataset, comm *collective.Comm) (
 	if val == nil {
 		return tl, nil, nil
 	}
-	vl, err := data.New(val, setup.LoaderConfig(c, false))
+	vc := setup.LoaderConfig(c, false)
+	if valShards {
+		vc.Rank, vc.WorldSize = comm.Rank(), comm.Size()
+	}
+	vl, err := data.New(val, vc)
 	if err != nil {
 		tl.Close()
 		return nil, nil, fmt.Errorf("validation data: %w", err)

@@ -171,6 +171,58 @@ func (v *Metrics) addReconstruction(b *data.Batch, recon *ort.Value) error {
 	return nil
 }
 
+// Shardable reports whether a pass split across the ranks of a
+// data-parallel run sums back to the whole pass: every accumulator adds
+// up, and a codebook's histogram needs the codebook's size.
+func (v *Metrics) Shardable() bool {
+	return !slices.Contains(Outputs(v.m), CodesOutput) || v.codebookLen > 0
+}
+
+// Reduce makes this rank's pass the whole job's: sum adds a vector
+// across the ranks in place (collective.Comm.SumFloat64), and every
+// accumulator is summed through it.
+func (v *Metrics) Reduce(sum func([]float64) error) error {
+	seen := 0.0
+	if v.classes > 0 {
+		seen = 1
+	}
+	vec := []float64{v.lossSum, float64(v.rows), float64(v.classes), seen}
+	vec = append(vec, v.topk.Totals()...)
+	vec = append(vec, v.ppl.Totals()...)
+	vec = append(vec, v.psnr.Totals()...)
+	vec = append(vec, v.ssim.Totals()...)
+	hist := make([]float64, v.codebookLen)
+	for c, n := range v.codes {
+		if c >= 0 && c < int64(len(hist)) {
+			hist[c] = float64(n)
+		}
+	}
+	vec = append(vec, hist...)
+	if err := sum(vec); err != nil {
+		return err
+	}
+	next := &Metrics{m: v.m, feeds: v.feeds, codebookLen: v.codebookLen, lossSum: vec[0], rows: int(vec[1])}
+	if vec[3] > 0 {
+		next.classes = int(vec[2] / vec[3]) // every rank that saw logits saw as many classes
+	}
+	rest := vec[4:]
+	take := func(n int) []float64 { x := rest[:n]; rest = rest[n:]; return x }
+	next.topk.AddTotals(take(metrics.TopKMax + 1))
+	next.ppl.AddTotals(take(2))
+	next.psnr.AddTotals(take(2))
+	next.ssim.AddTotals(take(2))
+	for c, n := range take(len(hist)) {
+		if n > 0 {
+			if next.codes == nil {
+				next.codes = map[int64]int64{}
+			}
+			next.codes[int64(c)] = int64(n)
+		}
+	}
+	*v = *next
+	return nil
+}
+
 // Rows is the number of samples added.
 func (v *Metrics) Rows() int { return v.rows }
 
