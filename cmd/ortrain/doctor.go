@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"runtime"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/telemetry"
 )
 
@@ -60,6 +62,14 @@ func doctor(c *cli.Context) error {
 	}
 	for _, g := range gpus {
 		fmt.Fprintf(w, "gpu %-10d %s, %.1f GiB, driver %s\n", g.Index, g.Name, float64(g.MemoryTotal)/(1<<30), g.Driver)
+	}
+	// Data parallel: the MPI library ranks load, and the launcher.
+	if lib, err := collective.Available(); err != nil {
+		fmt.Fprintf(w, "mpi            not available: %v\n", err)
+	} else if launcher, err := exec.LookPath("mpirun"); err != nil {
+		fmt.Fprintf(w, "mpi            %s loads; no mpirun on the path (srun, or apt-get install openmpi-bin)\n", lib)
+	} else {
+		fmt.Fprintf(w, "mpi            ok: %s, launcher %s (data parallel on CPU ranks; NCCL for GPU ranks is not bound)\n", lib, launcher)
 	}
 	switch {
 	case !contains(providers, "CUDAExecutionProvider"):

@@ -84,6 +84,21 @@ func Launched() (size int, ok bool) {
 	return 1, false
 }
 
+// Available loads the MPI library and looks its symbols up without
+// joining a job: what `ortrain doctor` reports.
+func Available() (path string, err error) {
+	path = os.Getenv("ORTRAIN_MPI_LIB")
+	if path == "" {
+		path = Library
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	if msg := C.ortrain_mpi_open(cpath); msg != nil {
+		return path, &Error{fmt.Sprintf("MPI library %s does not load: %s (Debian: apt-get install openmpi-bin; or set ORTRAIN_MPI_LIB)", path, C.GoString(msg))}
+	}
+	return path, nil
+}
+
 // Comm is this process's place in the job.
 type Comm struct {
 	mu         sync.Mutex
@@ -99,14 +114,7 @@ var (
 // Init joins the job (once per process): MPI_Init_thread on the library.
 func Init() (*Comm, error) {
 	initOnce.Do(func() {
-		path := os.Getenv("ORTRAIN_MPI_LIB")
-		if path == "" {
-			path = Library
-		}
-		cpath := C.CString(path)
-		defer C.free(unsafe.Pointer(cpath))
-		if msg := C.ortrain_mpi_open(cpath); msg != nil {
-			initErr = &Error{fmt.Sprintf("MPI library %s does not load: %s (Debian: apt-get install openmpi-bin; or set ORTRAIN_MPI_LIB)", path, C.GoString(msg))}
+		if _, initErr = Available(); initErr != nil {
 			return
 		}
 		var provided C.int
