@@ -94,8 +94,10 @@ type Trainer struct {
 	accum       int
 	terms       []float64 // StepResult.Terms, reused
 	comm        *collective.Comm
-	valShards   bool      // each rank validates its shard (see New)
-	reduce      []float64 // the step's scalars summed across ranks, reused
+	valShards   bool        // each rank validates its shard (see New)
+	reduce      []float64   // the step's scalars summed across ranks, reused
+	bucket      []float32   // gradients packed for one sum (sumGradients)
+	pending     [][]float32 // the gradients in bucket, in order
 	clip        float64
 	valEvery    int64
 	tokens      int64  // tokens per sample for token models, else 0
@@ -263,12 +265,56 @@ func (t *Trainer) allReduce(r *callback.StepResult, ok bool) (bool, error) {
 	if v[4] != 0 {
 		return false, nil // some rank's loss was not finite: all skip
 	}
-	for _, g := range t.eng.gradients() {
-		if err := t.comm.SumFloat32(g); err != nil {
-			return false, err
+	return true, t.sumGradients()
+}
+
+// bucketFloats bounds the gradients summed in one call (25 MiB, the
+// bucket PyTorch's DDP uses): many small tensors go in few calls.
+const bucketFloats = 25 << 20 / 4
+
+// sumGradients sums every gradient across the ranks in place: small ones
+// packed into a bucket per call, one too large for it on its own.
+func (t *Trainer) sumGradients() error {
+	grads := t.eng.gradients()
+	if t.bucket == nil {
+		total := 0
+		for _, g := range grads {
+			total += len(g)
 		}
+		t.bucket = make([]float32, 0, min(total, bucketFloats))
 	}
-	return true, nil
+	b, pending := t.bucket[:0], t.pending[:0]
+	flush := func() error {
+		if len(b) == 0 {
+			return nil
+		}
+		if err := t.comm.SumFloat32(b); err != nil {
+			return err
+		}
+		off := 0
+		for _, g := range pending {
+			off += copy(g, b[off:])
+		}
+		b, pending = b[:0], pending[:0]
+		return nil
+	}
+	for _, g := range grads {
+		if len(g) > cap(b) {
+			if err := t.comm.SumFloat32(g); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(b)+len(g) > cap(b) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		b, pending = append(b, g...), append(pending, g)
+	}
+	err := flush()
+	t.pending = pending[:0]
+	return err
 }
 
 // anyRank reports whether flag is set on any rank.
