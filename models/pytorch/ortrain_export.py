@@ -18,6 +18,10 @@ and codebook/commitment losses: call `stop_gradient(x)` instead. It is
 which ortrain's autodiff treats as an edge no gradient crosses and strips from
 the graphs ONNX Runtime runs.
 
+A GAN's adversarial terms go through `training_only(x)` (the training graph
+computes them, validation and export leave them out), and a term that starts
+at a step reads the optimizer step from the input named `GLOBAL_STEP`.
+
 Runs on PyTorch 1.13 (Debian's python3-torch) and 2.x.
 """
 
@@ -49,6 +53,37 @@ def stop_gradient(x):
     if torch.onnx.is_in_onnx_export():
         return _StopGradient.apply(x)
     return x.detach()
+
+
+class _TrainingOnly(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+    @staticmethod
+    def symbolic(g, x):
+        return g.op(STOP_GRADIENT_DOMAIN + "::TrainingOnly", x).setType(x.type())
+
+
+def training_only(x):
+    """x, a scalar loss term that exists only in training (an adversarial
+    term, a discriminator's logits): ortrain's training graph computes it,
+    its eval graph (validation, eval, export) replaces it by 0, so what
+    only it reads (a discriminator) drops out. Exports as
+    ortrain::TrainingOnly; the identity in PyTorch."""
+    if torch.onnx.is_in_onnx_export():
+        return _TrainingOnly.apply(x)
+    return x
+
+
+GLOBAL_STEP = "ortrain.global_step"
+"""The input name through which a model reads the optimizer step (a float
+scalar the trainer feeds): pass it among export's inputs for a term that
+starts at a step (TATS's discriminator_iter_start)."""
 
 
 class _WithLoss(torch.nn.Module):
