@@ -10,11 +10,14 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 )
 
-// The adversarial part, as TATS and medicaldiffusion train their 3D
-// VQ-GANs: a 2-D PatchGAN discriminator ("image_discriminator") on one
-// axial slice of each volume and a 3-D one ("video_discriminator") on the
-// whole volume, both NLayerDiscriminators (pix2pixHD's, with intermediate
-// features). Their PyTorch form alternates two optimizers on one batch; here
+// The training-only terms, as TATS and medicaldiffusion train their 3D
+// VQ-GANs: a perceptual distance on axial slices (perceptual_weight), a
+// 2-D PatchGAN discriminator ("image_discriminator") on those slices (the
+// same slice of every volume of a step, chosen from the step) and a 3-D
+// one ("video_discriminator") on the whole volume, both
+// NLayerDiscriminators (pix2pixHD's, with intermediate features); the
+// recipe clips each discriminator's gradients on their own
+// (models.Model.ClipGroups). Their PyTorch form alternates two optimizers on one batch; here
 // one graph carries both steps and one backward pass computes both
 // gradients, kept apart by stop-gradients:
 //
