@@ -175,6 +175,10 @@ type Tokens struct {
 	// val/ppl: the NELBO is an expectation over t, and one draw per
 	// sequence leaves a spread of the estimate. 0 means 1.
 	ValTSamples int `toml:"val_t_samples,omitempty"`
+	// AntitheticSampling stratifies each training batch's noise levels
+	// over [min, max) (BD3-LM's antithetic_sampling): level i of the
+	// batch's n blocks is (u + i)/n of the range.
+	AntitheticSampling bool `toml:"antithetic_sampling,omitempty"`
 }
 
 // Images configures images ([data.images]).

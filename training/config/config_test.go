@@ -97,6 +97,7 @@ func TestResolveErrors(t *testing.T) {
 		{"infinite lr", []string{"optimizer.lr=inf"}, []string{"optimizer.lr", "not a finite number"}},
 		{"label smoothing without an onnx cross-entropy", []string{"model.label_smoothing=0.1"}, []string{"model.label_smoothing", "cross_entropy"}},
 		{"negative devices", []string{"trainer.devices=-1"}, []string{"trainer.devices"}},
+		{"antithetic sampling of volumes", []string{"data.kind=volumes", "data.train=/x", "data.volumes.patch_size=[8,8,8]", "data.tokens.antithetic_sampling=true"}, []string{"data.tokens.antithetic_sampling", "volumes"}},
 		{"negative num_nodes", []string{"trainer.num_nodes=-2"}, []string{"trainer.num_nodes"}},
 		{"unknown strategy", []string{`trainer.strategy="fsdp"`}, []string{"trainer.strategy", "ddp"}},
 		{"noise clip above its top", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.tokens.sampling_eps_min=0.5", "data.tokens.sampling_eps_max=0.4"}, []string{"data.tokens.sampling_eps_min", "[0.5, 0.4)"}},

@@ -205,6 +205,9 @@ func (c *Config) Resolve() error {
 	if t.Precision == FP32 && c.Runtime.UseTF32 {
 		bad("runtime.use_tf32", "contradicts trainer.precision = \"32\" (strict fp32); use trainer.precision = \"tf32\"")
 	}
+	if c.Data.Tokens.AntitheticSampling && c.Data.Kind != KindTokens {
+		bad("data.tokens.antithetic_sampling", "draws the noise levels of token sequences: data.kind is %q", c.Data.Kind)
+	}
 	if c.Data.Tokens.ValTSamples < 0 {
 		bad("data.tokens.val_t_samples", "%d: want the number of noise draws per validation sequence (at least 1)", c.Data.Tokens.ValTSamples)
 	}

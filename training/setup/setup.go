@@ -409,6 +409,9 @@ func LoaderConfig(c *config.Config, train bool) data.Config {
 	if !train {
 		cfg.Shuffle, cfg.DropLast = false, false
 	}
+	if tk := d.Tokens; train && d.Kind == config.KindTokens && tk.AntitheticSampling {
+		cfg.Mix = tokens.Antithetic{BlockSize: tk.BlockSize, Segmented: len(tk.Segments) > 0, MinNoise: tk.SamplingEpsMin, MaxNoise: tk.SamplingEpsMax}.Mix
+	}
 	if im := d.Images; train && d.Kind == config.KindImages && im.Mixes() {
 		mixer := images.Mixer{MixUpAlpha: im.MixupAlpha, CutMixAlpha: im.CutmixAlpha}
 		if im.Layout == "NHWC" {
