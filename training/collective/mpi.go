@@ -22,7 +22,6 @@ static int (*p_initialized)(int *);
 static int (*p_comm_rank)(handle, int *);
 static int (*p_comm_size)(handle, int *);
 static int (*p_allreduce)(const void *, void *, int, handle, handle, handle);
-static int (*p_barrier)(handle);
 static int (*p_abort)(handle, int);
 static int (*p_finalize)(void);
 static handle comm_world, dt_float, dt_double, op_sum;
@@ -37,7 +36,6 @@ static const char *ortrain_mpi_open(const char *path) {
 	SYM(p_comm_rank, "MPI_Comm_rank")
 	SYM(p_comm_size, "MPI_Comm_size")
 	SYM(p_allreduce, "MPI_Allreduce")
-	SYM(p_barrier, "MPI_Barrier")
 	SYM(p_abort, "MPI_Abort")
 	SYM(p_finalize, "MPI_Finalize")
 	SYM(comm_world, "ompi_mpi_comm_world")
@@ -55,7 +53,6 @@ static int ortrain_mpi_rank(int *r) { return p_comm_rank(comm_world, r); }
 static int ortrain_mpi_size(int *s) { return p_comm_size(comm_world, s); }
 static int ortrain_mpi_sum_float(float *buf, int n) { return p_allreduce((void *)1, buf, n, dt_float, op_sum, comm_world); }
 static int ortrain_mpi_sum_double(double *buf, int n) { return p_allreduce((void *)1, buf, n, dt_double, op_sum, comm_world); }
-static int ortrain_mpi_barrier(void) { return p_barrier(comm_world); }
 static int ortrain_mpi_abort(int code) { return p_abort(comm_world, code); }
 static int ortrain_mpi_finalize(void) { return p_finalize(); }
 */
@@ -167,16 +164,6 @@ func (c *Comm) SumFloat64(vals []float64) error {
 	defer c.mu.Unlock()
 	if rc := C.ortrain_mpi_sum_double((*C.double)(unsafe.Pointer(&vals[0])), C.int(len(vals))); rc != 0 {
 		return &Error{fmt.Sprintf("MPI_Allreduce of %d doubles failed on rank %d (%d)", len(vals), c.rank, int(rc))}
-	}
-	return nil
-}
-
-// Barrier waits for every rank.
-func (c *Comm) Barrier() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rc := C.ortrain_mpi_barrier(); rc != 0 {
-		return &Error{fmt.Sprintf("MPI_Barrier failed on rank %d (%d)", c.rank, int(rc))}
 	}
 	return nil
 }

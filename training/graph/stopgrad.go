@@ -96,10 +96,9 @@ func (g *Graph) StripStopGradients() {
 			n.Op, n.Domain = "BatchNormalization", ""
 		case IsUpdateBuffer(n):
 			n.Op, n.Domain, n.Inputs = "Identity", "", n.Inputs[1:]
-		case IsTrainingOnly(n):
-			n.Op, n.Domain = "Identity", ""
 		}
 	}
+	g.LowerTrainingOnly()
 	delete(g.Domains, StopGradientDomain)
 }
 

@@ -283,38 +283,39 @@ func (t *Trainer) sumGradients() error {
 		}
 		t.bucket = make([]float32, 0, min(total, bucketFloats))
 	}
-	b, pending := t.bucket[:0], t.pending[:0]
-	flush := func() error {
-		if len(b) == 0 {
-			return nil
-		}
-		if err := t.comm.SumFloat32(b); err != nil {
-			return err
-		}
-		off := 0
-		for _, g := range pending {
-			off += copy(g, b[off:])
-		}
-		b, pending = b[:0], pending[:0]
-		return nil
-	}
+	t.bucket, t.pending = t.bucket[:0], t.pending[:0]
 	for _, g := range grads {
-		if len(g) > cap(b) {
+		if len(g) > cap(t.bucket) {
 			if err := t.comm.SumFloat32(g); err != nil {
 				return err
 			}
 			continue
 		}
-		if len(b)+len(g) > cap(b) {
-			if err := flush(); err != nil {
+		if len(t.bucket)+len(g) > cap(t.bucket) {
+			if err := t.flushBucket(); err != nil {
 				return err
 			}
 		}
-		b, pending = append(b, g...), append(pending, g)
+		t.bucket, t.pending = append(t.bucket, g...), append(t.pending, g)
 	}
-	err := flush()
-	t.pending = pending[:0]
-	return err
+	return t.flushBucket()
+}
+
+// flushBucket sums the bucket across the ranks and copies the sums back
+// into the gradients it holds.
+func (t *Trainer) flushBucket() error {
+	if len(t.bucket) == 0 {
+		return nil
+	}
+	if err := t.comm.SumFloat32(t.bucket); err != nil {
+		return err
+	}
+	off := 0
+	for _, g := range t.pending {
+		off += copy(g, t.bucket[off:])
+	}
+	t.bucket, t.pending = t.bucket[:0], t.pending[:0]
+	return nil
 }
 
 // anyRank reports whether flag is set on any rank.
