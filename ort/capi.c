@@ -200,6 +200,30 @@ OrtStatus* ortrain_create_allocator(OrtSession* s, OrtMemoryInfo* m, OrtAllocato
 void ortrain_release_allocator(OrtAllocator* a) { api->ReleaseAllocator(a); }
 OrtStatus* ortrain_default_allocator(OrtAllocator** out) { return api->GetAllocatorWithDefaultOptions(out); }
 
+OrtStatus* ortrain_allocator_stats(OrtAllocator* a, char** text) {
+  *text = NULL;
+  OrtKeyValuePairs* kv = NULL;
+  OrtStatus* st = api->AllocatorGetStats(a, &kv);
+  if (st) return st;
+  const char* const* keys = NULL;
+  const char* const* values = NULL;
+  size_t n = 0;
+  api->GetKeyValuePairs(kv, &keys, &values, &n);
+  size_t len = 1;
+  for (size_t i = 0; i < n; i++) len += strlen(keys[i]) + strlen(values[i]) + 2;
+  char* out = malloc(len);
+  if (!out) {
+    api->ReleaseKeyValuePairs(kv);
+    return oom();
+  }
+  char* w = out;
+  for (size_t i = 0; i < n; i++) w += sprintf(w, "%s=%s\n", keys[i], values[i]);
+  *w = 0;
+  api->ReleaseKeyValuePairs(kv);
+  *text = out;
+  return NULL;
+}
+
 OrtStatus* ortrain_create_tensor(OrtAllocator* a, const int64_t* shape, size_t rank, int elem, OrtValue** out) {
   return api->CreateTensorAsOrtValue(a, shape, rank, (ONNXTensorElementDataType)elem, out);
 }

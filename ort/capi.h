@@ -47,6 +47,9 @@ void ortrain_release_memory_info(OrtMemoryInfo* m);
 OrtStatus* ortrain_create_allocator(OrtSession* s, OrtMemoryInfo* m, OrtAllocator** out);
 void ortrain_release_allocator(OrtAllocator* a);
 OrtStatus* ortrain_default_allocator(OrtAllocator** out);
+// ortrain_allocator_stats writes a's statistics (AllocatorGetStats) as
+// "key=value\n" lines into a malloc'd text freed with ortrain_free.
+OrtStatus* ortrain_allocator_stats(OrtAllocator* a, char** text);
 
 OrtStatus* ortrain_create_tensor(OrtAllocator* a, const int64_t* shape, size_t rank, int elem, OrtValue** out);
 void ortrain_release_value(OrtValue* v);

@@ -408,3 +408,40 @@ func TestErrorsKeepORTStatusCode(t *testing.T) {
 		t.Fatalf("session of a garbage file: %v (%#v); want an *ort.Error with code INVALID_PROTOBUF", err, err)
 	}
 }
+
+// TestAllocatorStats runs z = x + y at two batch sizes: the session's
+// allocator saw the outputs ONNX Runtime allocated, so its peak grows with
+// the batch and is at least the larger output's size.
+func TestAllocatorStats(t *testing.T) {
+	s := newSession(t, addModel(t))
+	var peaks []int64
+	for _, batch := range []int64{1 << 10, 1 << 16} {
+		x, _ := ort.NewEmpty(ort.Float32, []int64{batch, 3})
+		y, _ := ort.NewEmpty(ort.Float32, []int64{batch, 3})
+		out, err := s.Run(map[string]*ort.Value{"x": x, "y": y})
+		x.Close()
+		y.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok, err := s.AllocatorStats()
+		out[0].Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Skip("the session's allocator keeps no statistics")
+		}
+		t.Logf("batch %d: %+v", batch, st)
+		if want := batch * 3 * 4; st.MaxInUse < want {
+			t.Errorf("batch %d: MaxInUse %d < the output's %d bytes", batch, st.MaxInUse, want)
+		}
+		if st.TotalAllocated < st.MaxInUse {
+			t.Errorf("batch %d: the arena reserved %d bytes, less than its peak in use %d", batch, st.TotalAllocated, st.MaxInUse)
+		}
+		peaks = append(peaks, st.MaxInUse)
+	}
+	if peaks[1] <= peaks[0] {
+		t.Errorf("MaxInUse did not grow with the batch: %v", peaks)
+	}
+}

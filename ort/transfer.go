@@ -49,13 +49,8 @@ func (s *Session) Alloc(dtype DType, shape []int64) (*Value, error) {
 		}
 		return v, err
 	}
-	if s.alloc == nil {
-		if err := s.memoryInfos(); err != nil {
-			return nil, err
-		}
-		if err := check(C.ortrain_create_allocator(s.p, s.devMem, &s.alloc)); err != nil {
-			return nil, fmt.Errorf("allocator for %v: %w", s.opts.Device, err)
-		}
+	if err := s.deviceAllocator(); err != nil {
+		return nil, err
 	}
 	v, err := newValue(s.alloc, dtype, shape)
 	if v != nil {

@@ -29,9 +29,11 @@ Examples:
    ortrain plan --preset vqgan3d-h200
    ortrain plan --preset resnet50-a10g-balanced --set data.train=/data/imagenet/train --set data.val=/data/imagenet/val
    ortrain plan --config run.toml --set data.batch_size=8 --json
-   ortrain plan --preset bd3lm-gsm8k-h200 --memory --set model.recompute=blocks`,
+   ortrain plan --preset bd3lm-gsm8k-h200 --memory --set model.recompute=blocks
+   ortrain plan --config run.toml --memory --probe 2`,
 		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"},
-			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak"}),
+			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak"},
+			&cli.IntFlag{Name: "probe", Usage: "with --memory, also run a training step at batch `N` on this machine's CPU, measure ONNX Runtime's allocator peak and calibrate the replay with it (0: none)"}),
 		Action: func(c *cli.Context) error {
 			cfg, err := readConfig(c)
 			if err != nil {
@@ -44,11 +46,17 @@ Examples:
 			if err != nil {
 				return err
 			}
+			if c.Int("probe") != 0 && !c.Bool("memory") {
+				return usageError{fmt.Errorf("plan: --probe calibrates what --memory replays: give both")}
+			}
+			if c.Int("probe") < 0 {
+				return usageError{fmt.Errorf("plan: --probe %d: want a batch size ≥ 1", c.Int("probe"))}
+			}
 			if c.Bool("memory") {
 				if err := loadORT(c, cfg.ORTLib); err != nil {
 					return err
 				}
-				if err := p.MeasureActivations(cfg, ort.Options{}); err != nil {
+				if err := p.MeasureActivations(cfg, ort.Options{}, c.Int("probe")); err != nil {
 					return err
 				}
 			}

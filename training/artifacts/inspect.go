@@ -192,7 +192,7 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 func (r *MemoryReport) String() string {
 	var b strings.Builder
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
-	fmt.Fprintf(&b, "training step at batch %d, as ONNX Runtime orders it (graph-level: kernel workspaces and allocator overhead not included; `ortrain bench` measures):\n", r.Batch)
+	fmt.Fprintf(&b, "training step at batch %d, as ONNX Runtime orders it (graph-level, as its planner lays the values out: kernel scratch and the allocator's rounding not included; `ortrain plan --memory --probe N` measures a step):\n", r.Batch)
 	fmt.Fprintf(&b, "  activations at the peak  %s (%s per sample), while node %q runs (%d of %d)\n", mb(r.Peak), mb(r.Peak/max(r.Batch, 1)), r.PeakNode, r.PeakAt+1, len(r.Order))
 	fmt.Fprintf(&b, "  batch inputs             %s\n", mb(r.Inputs))
 	fmt.Fprintf(&b, "  training state           %s (parameters, gradients, optimizer state, buffers; double-buffered)\n", mb(r.State))

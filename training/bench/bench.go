@@ -10,6 +10,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -61,7 +62,11 @@ func Lookup(name string) (Case, bool) {
 type Result struct {
 	Case    Case
 	Ortrain [2]int64
-	Torch   [2]int64 // zero when PyTorch was not run
+	// Step is the training graph's peak in ONNX Runtime's allocator
+	// (memory/step_peak_bytes): the activations without the process's
+	// libraries, heap and the arena's unused reserve.
+	Step  [2]int64
+	Torch [2]int64 // zero when PyTorch was not run
 }
 
 // PerSample returns the slope of peak memory over batch size, in bytes.
@@ -87,11 +92,11 @@ func Memory(c Case, o Options) (Result, error) {
 	res := Result{Case: c}
 	for i, batch := range c.Batches {
 		fmt.Fprintf(o.Log, "bench %s: ortrain train, batch %d...\n", c.Name, batch)
-		peak, err := ortrainPeak(c, batch, o, i)
+		rss, step, err := ortrainPeak(c, batch, o, i)
 		if err != nil {
 			return res, err
 		}
-		res.Ortrain[i] = peak
+		res.Ortrain[i], res.Step[i] = rss, step
 		if o.Python == "" {
 			continue
 		}
@@ -103,32 +108,82 @@ func Memory(c Case, o Options) (Result, error) {
 	return res, nil
 }
 
-func ortrainPeak(c Case, batch int, o Options, i int) (int64, error) {
-	dir := filepath.Join(o.Dir, fmt.Sprintf("%s-%d", c.Name, i))
+// Config is the run configuration that measures c at batch: a few steps
+// of its recipe on synthetic data, on the CPU in float32, logging every
+// step and writing no checkpoint, under outputDir.
+func Config(c Case, batch, steps int, recompute, outputDir string) map[string]any {
 	model := map[string]any{"recipe": c.Recipe, "params": c.Params}
-	if o.Recompute != "" {
-		model["recompute"] = o.Recompute
+	if recompute != "" {
+		model["recompute"] = recompute
 	}
-	cfg := map[string]any{
-		"name": c.Name, "output_dir": filepath.Join(dir, "outputs"),
+	return map[string]any{
+		"name": c.Name, "output_dir": outputDir,
 		"model": model,
 		"data":  map[string]any{"kind": config.KindSynthetic, "batch_size": batch, "num_workers": 0},
-		"trainer": map[string]any{"device": "cpu", "max_steps": o.Steps, "precision": "32",
+		"trainer": map[string]any{"device": "cpu", "max_steps": steps, "precision": "32",
 			"checkpoint_every_n_steps": 0, "log_every_n_steps": 1},
 		"optimizer": c.Optimizer,
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
-	}
+}
+
+// WriteConfig writes cfg as TOML to path.
+func WriteConfig(path string, cfg map[string]any) error {
 	var buf bytes.Buffer
 	if err := toml.NewEncoder(&buf).Encode(cfg); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// StepPeak reads the last memory/step_peak_bytes a run under outputDir
+// logged: ONNX Runtime's allocator peak of the training graph.
+func StepPeak(outputDir string) (int64, error) {
+	files, _ := filepath.Glob(filepath.Join(outputDir, "*", "version_*", "metrics.csv"))
+	if len(files) != 1 {
+		return 0, fmt.Errorf("bench: want one metrics.csv under %s, found %d", outputDir, len(files))
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
 		return 0, err
 	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("bench: %s: %v", files[0], err)
+	}
+	peak := int64(-1)
+	for _, r := range rows {
+		if len(r) >= 3 && r[1] == "memory/step_peak_bytes" {
+			v, err := strconv.ParseFloat(r[2], 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: %s: %q is not a number", files[0], r[2])
+			}
+			peak = int64(v)
+		}
+	}
+	if peak < 0 {
+		return 0, fmt.Errorf("bench: %s logs no memory/step_peak_bytes", files[0])
+	}
+	return peak, nil
+}
+
+// ortrainPeak runs c at batch and returns the process's peak resident
+// memory and the training graph's allocator peak.
+func ortrainPeak(c Case, batch int, o Options, i int) (rss, step int64, err error) {
+	dir := filepath.Join(o.Dir, fmt.Sprintf("%s-%d", c.Name, i))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, 0, err
+	}
+	out := filepath.Join(dir, "outputs")
 	path := filepath.Join(dir, "bench.toml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return 0, err
+	if err := WriteConfig(path, Config(c, batch, o.Steps, o.Recompute, out)); err != nil {
+		return 0, 0, err
 	}
-	return peakOf(exec.Command(o.Ortrain, "train", "--config", path))
+	if rss, err = peakOf(exec.Command(o.Ortrain, "train", "--config", path)); err != nil {
+		return 0, 0, err
+	}
+	step, err = StepPeak(out)
+	return rss, step, err
 }
 
 func torchPeak(c Case, batch int, o Options) (int64, error) {
@@ -168,13 +223,14 @@ func lastLines(s string, n int) string {
 }
 
 // Table writes the results, one line per case: MB per sample for ortrain
-// and PyTorch and their ratio.
+// (resident memory, and its training graph in ONNX Runtime's allocator)
+// and PyTorch (resident), and the ratio of the resident figures.
 func Table(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%-10s %-8s %14s %14s %14s %8s\n", "case", "batches", "ortrain peak", "ortrain/sample", "torch/sample", "ratio")
+	fmt.Fprintf(w, "%-10s %-8s %14s %14s %14s %14s %8s\n", "case", "batches", "ortrain peak", "ortrain/sample", "ort step/sample", "torch/sample", "ratio")
 	for _, r := range rs {
 		b := r.Case.Batches
 		o := r.PerSample(r.Ortrain)
-		line := fmt.Sprintf("%-10s %-8s %11.0f MB %11.1f MB", r.Case.Name, fmt.Sprintf("%d,%d", b[0], b[1]), float64(r.Ortrain[1])/1e6, o/1e6)
+		line := fmt.Sprintf("%-10s %-8s %11.0f MB %11.1f MB %12.1f MB", r.Case.Name, fmt.Sprintf("%d,%d", b[0], b[1]), float64(r.Ortrain[1])/1e6, o/1e6, r.PerSample(r.Step)/1e6)
 		if r.Torch[1] > 0 {
 			t := r.PerSample(r.Torch)
 			line += fmt.Sprintf(" %11.1f MB %8.2f", t/1e6, o/t)

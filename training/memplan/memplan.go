@@ -2,16 +2,20 @@
 // when ONNX Runtime runs it, and says which values make up the peak.
 //
 // It replays a run: nodes execute in ONNX Runtime's default order (the
-// reverse depth-first order of its GraphViewer, reproduced in Order); each
-// output is allocated when its node runs and freed after the last node that
-// reads it; ops that return a view of their input (Reshape and its kin)
-// allocate nothing, and element-wise ops may write over an input that dies
-// with them, as ONNX Runtime's planner lets them. The peak is the largest
-// sum of live values while a node runs, its inputs and outputs both held.
+// reverse depth-first order of its GraphViewer, reproduced in Order), and
+// buffers are planned as ONNX Runtime's allocation planner plans them for
+// sequential execution (see Replay): views share their input's buffer, a
+// few activation kernels write over an input that dies with them, other
+// outputs take a dead buffer of the same shape or a new one, and a buffer
+// handed on stays allocated until its last value dies. The peak is the
+// largest sum of buffers held while a node runs, its inputs and outputs
+// both held.
 //
-// What it leaves out, and `ortrain bench` (training/bench) measures: kernel
-// workspaces (im2col on the CPU, cuDNN's on the GPU), allocator rounding and
-// fragmentation, and rewrites ONNX Runtime applies when it loads the graph.
+// What it leaves out, and a probe step measures (`ortrain plan --memory
+// --probe`, the training loop's memory/step_peak_bytes): kernel scratch
+// (im2col on the CPU, cuDNN's workspaces on the GPU), the allocator's
+// rounding, shapes ONNX Runtime's own inference leaves unknown (which it
+// never reuses) and its other graph rewrites.
 package memplan
 
 import (
@@ -43,6 +47,8 @@ type Report struct {
 	Live []Value
 	// Order is the execution order replayed.
 	Order []*graph.Node
+	// Trace is the bytes held while each node of Order runs.
+	Trace []int64
 	// Unsized lists values whose size could not be inferred (counted as 0).
 	Unsized []string
 	// Inputs is the bytes of the graph inputs not excluded: the batch, for
@@ -53,12 +59,13 @@ type Report struct {
 // views are ops whose output shares its input's buffer in ONNX Runtime.
 var views = map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true, "Identity": true}
 
-// inPlace are element-wise ops whose CPU and CUDA kernels let ONNX
-// Runtime's planner put the output in the buffer of input 0 when that
-// input dies at the node and has the output's size.
+// inPlace are the ops whose CPU kernels let ONNX Runtime's planner put the
+// output in the buffer of input 0 when that input dies at the node and has
+// the output's size: measured on ONNX Runtime 1.30 (a chain of each op
+// allocates one buffer fewer than a chain of Add, Exp or Mul, which do
+// not; TestInPlaceOpsMatchONNXRuntime).
 var inPlace = map[string]bool{
-	"Relu": true, "Neg": true, "Exp": true, "Log": true, "Sqrt": true, "Sigmoid": true, "Tanh": true, "Abs": true,
-	"Add": true, "Sub": true, "Mul": true, "Div": true,
+	"Relu": true, "Sigmoid": true, "Tanh": true, "Softmax": true, "LeakyRelu": true, "Clip": true,
 }
 
 // Concrete returns a copy of g whose symbolic input dimensions take the
@@ -93,18 +100,48 @@ func Concrete(g *graph.Graph, dims map[string]int64) (*graph.Graph, error) {
 	return c, nil
 }
 
-// buffer is a block of memory holding one value and the views of it.
+// buffer is a block of memory holding one value at a time, with the views
+// of it; ONNX Runtime's planner may hand it to a later value of the same
+// shape once the earlier one has died.
 type buffer struct {
 	bytes   int64
-	readers int // reads still to come, over every value it holds
-	value   Value
+	key     string // element size and shape: what a reuse must match
+	readers int    // reads still to come of the value it holds now
 	counted bool
+	// first and last are the positions in the order from which and up to
+	// which the block is held: from its first value's node to the death of
+	// its last value. Between two values it stays allocated.
+	first, last int
+	held        []heldValue // the values it holds, in order
 }
 
-// Replay runs g's nodes in ONNX Runtime's order and tracks live bytes.
+type heldValue struct {
+	from  int
+	value Value
+}
+
+// holding returns the value b holds while the node at position i runs.
+func (b *buffer) holding(i int) Value {
+	v := b.held[0].value
+	for _, h := range b.held {
+		if h.from <= i {
+			v = h.value
+		}
+	}
+	return v
+}
+
+// Replay runs g's nodes in ONNX Runtime's order and tracks the bytes held.
 // g should be concrete (see Concrete). Values named in exclude (state the
 // caller binds: parameters, accumulators and their outputs) are not
 // counted.
+//
+// It plans buffers as ONNX Runtime's allocation planner does for
+// sequential execution: an output goes into the buffer of an input that
+// dies at its node where the kernel allows it (inPlace), else into the
+// buffer of the value freed most recently with the same element size and
+// shape, else into a new buffer. A buffer handed on stays allocated between
+// its values and is released when its last value dies.
 func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 	order := Order(g)
 	r := &Report{Order: order}
@@ -118,6 +155,10 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 			n *= d
 		}
 		return n
+	}
+	key := func(v string) string {
+		info := g.Info(v)
+		return fmt.Sprint(info.DType.Size(), info.Shape)
 	}
 	outputs := map[string]bool{}
 	for _, o := range g.Outputs {
@@ -136,17 +177,22 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 			}
 		}
 	}
+	fused := fusedTransposes(g, order)
 	buf := map[string]*buffer{}
-	live := map[*buffer]bool{}
-	var cur int64
+	var all, free []*buffer // free: released values' buffers, the latest last
 	unsized := map[string]bool{}
+	release := func(b *buffer, i int) {
+		b.last = i
+		if b.counted {
+			free = append(free, b)
+		}
+	}
 	for i, n := range order {
-		var fresh []*buffer
 		for k, o := range n.Outputs {
 			if o == "" {
 				continue
 			}
-			if k == 0 && views[n.Op] && buf[n.Input(0)] != nil {
+			if k == 0 && (views[n.Op] || fused[o]) && buf[n.Input(0)] != nil {
 				b := buf[n.Input(0)]
 				b.readers += reads[o]
 				buf[o] = b
@@ -157,42 +203,68 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 				unsized[o] = true
 				s = 0
 			}
+			v := Value{Name: o, Op: n.Op, Node: n.Name, Bytes: s}
 			counted := !outputs[o] && !exclude[o]
 			if b := buf[n.Input(0)]; k == 0 && counted && inPlace[n.Op] && b != nil && b.counted && b.readers == 1 && b.bytes == s {
 				b.readers += reads[o]
-				b.value = Value{Name: o, Op: n.Op, Node: n.Name, Bytes: s}
+				b.held = append(b.held, heldValue{i, v})
 				buf[o] = b
 				continue
 			}
-			b := &buffer{bytes: s, readers: reads[o], value: Value{Name: o, Op: n.Op, Node: n.Name, Bytes: s}, counted: counted}
-			buf[o] = b
-			fresh = append(fresh, b)
-			if counted {
-				cur += s
-				live[b] = true
+			var b *buffer
+			if counted && s > 0 {
+				k := key(o)
+				for j := len(free) - 1; j >= 0; j-- {
+					if free[j].key == k {
+						b = free[j]
+						free = slices.Delete(free, j, j+1)
+						break
+					}
+				}
 			}
-		}
-		if cur > r.Peak {
-			r.Peak, r.PeakNode, r.PeakAt = cur, n.Name, i
-			r.Live = r.Live[:0]
-			for b := range live {
-				r.Live = append(r.Live, b.value)
+			if b == nil {
+				b = &buffer{bytes: s, key: key(o), counted: counted, first: i}
+				all = append(all, b)
+			}
+			b.readers = reads[o]
+			b.held = append(b.held, heldValue{i, v})
+			b.last = len(order)
+			buf[o] = b
+			if b.readers == 0 { // an output nothing reads
+				release(b, i)
 			}
 		}
 		for _, in := range n.Inputs {
 			b := buf[in]
-			if in == "" || b == nil {
+			if in == "" || b == nil || b.readers == 0 {
 				continue
 			}
-			if b.readers--; b.readers == 0 && live[b] {
-				delete(live, b)
-				cur -= b.bytes
+			if b.readers--; b.readers == 0 {
+				release(b, i)
 			}
 		}
-		for _, b := range fresh { // an output nothing reads
-			if b.readers == 0 && live[b] {
-				delete(live, b)
-				cur -= b.bytes
+	}
+	// Account: a buffer is held from its first node through its last.
+	delta := make([]int64, len(order)+1)
+	for _, b := range all {
+		if b.counted {
+			delta[b.first] += b.bytes
+			delta[min(b.last, len(order)-1)+1] -= b.bytes
+		}
+	}
+	var cur int64
+	r.Trace = make([]int64, len(order))
+	for i := range order {
+		cur += delta[i]
+		r.Trace[i] = cur
+		if cur > r.Peak {
+			r.Peak, r.PeakNode, r.PeakAt = cur, order[i].Name, i
+		}
+	}
+	if len(order) > 0 {
+		for _, b := range all {
+			if b.counted && b.first <= r.PeakAt && r.PeakAt <= b.last {
+				r.Live = append(r.Live, b.holding(r.PeakAt))
 			}
 		}
 	}
@@ -207,6 +279,48 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 	}
 	slices.Sort(r.Unsized)
 	return r
+}
+
+// fusedTransposes are the Transpose outputs ONNX Runtime folds into the
+// MatMul reading them (its MatmulTransposeFusion): a swap of the last two
+// axes read by that MatMul alone. They take no memory.
+func fusedTransposes(g *graph.Graph, order []*graph.Node) map[string]bool {
+	readers := map[string][]*graph.Node{}
+	for _, n := range order {
+		for _, in := range n.Inputs {
+			readers[in] = append(readers[in], n)
+		}
+	}
+	outputs := map[string]bool{}
+	for _, o := range g.Outputs {
+		outputs[o] = true
+	}
+	fused := map[string]bool{}
+	for _, n := range order {
+		if n.Op != "Transpose" || len(n.Outputs) == 0 || outputs[n.Outputs[0]] {
+			continue
+		}
+		rs := readers[n.Outputs[0]]
+		if len(rs) != 1 || rs[0].Op != "MatMul" {
+			continue
+		}
+		perm := n.Ints("perm")
+		swap := len(perm) >= 2
+		for i, p := range perm {
+			want := int64(i)
+			switch i {
+			case len(perm) - 2:
+				want = int64(len(perm) - 1)
+			case len(perm) - 1:
+				want = int64(len(perm) - 2)
+			}
+			swap = swap && p == want
+		}
+		if swap {
+			fused[n.Outputs[0]] = true
+		}
+	}
+	return fused
 }
 
 // Order returns g's nodes in the order ONNX Runtime's sequential executor

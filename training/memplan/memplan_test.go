@@ -9,8 +9,9 @@ import (
 )
 
 // TestReplayCountsLiveValues: a = exp(x) and s = sigmoid(a) are both held
-// while the sigmoid runs (a is read again by the Add), the Add writes over
-// a, which dies there, and a Reshape is a view, not a copy.
+// while the Add runs (a is read by it too, so the Sigmoid cannot write
+// over it), the Add writes a new buffer (ONNX Runtime's CPU Add never
+// works in place), and a Reshape is a view, not a copy.
 func TestReplayCountsLiveValues(t *testing.T) {
 	g := graph.New("t", graph.EmitOpset)
 	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 10}})
@@ -25,20 +26,54 @@ func TestReplayCountsLiveValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := memplan.Replay(cg, nil)
-	if want := int64(2 * 3 * 10 * 4); r.Peak != want {
+	if want := int64(3 * 3 * 10 * 4); r.Peak != want {
 		t.Errorf("peak %d bytes, want %d", r.Peak, want)
 	}
-	if r.Order[r.PeakAt].Op != "Sigmoid" {
-		t.Errorf("peak at %s, want the Sigmoid", r.Order[r.PeakAt].Describe())
+	if r.Order[r.PeakAt].Op != "Add" {
+		t.Errorf("peak at %s, want the Add", r.Order[r.PeakAt].Describe())
 	}
 	if r.Inputs != 3*10*4 {
 		t.Errorf("inputs %d bytes, want %d", r.Inputs, 3*10*4)
 	}
-	if len(r.Live) != 2 || r.Live[0].Bytes != 120 {
+	if len(r.Live) != 3 || r.Live[0].Bytes != 120 {
 		t.Errorf("live at the peak: %+v", r.Live)
 	}
 	if _, err := memplan.Concrete(g, map[string]int64{}); err == nil {
 		t.Error("a symbolic dimension without a value was accepted")
+	}
+}
+
+// TestReplayPlansBuffersAsONNXRuntime: a Relu writes over its dying input;
+// a buffer whose value died stays allocated until a later value of its
+// shape that took it over dies; a Transpose read by one MatMul is folded
+// into it and takes nothing.
+func TestReplayPlansBuffersAsONNXRuntime(t *testing.T) {
+	const u = 4 * 8 * 4 // bytes of a [4, 8] float32
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{4, 8}})
+	b := graph.NewBuilder(g, "")
+	a := b.Neg("x")                // A, new
+	r := b.Relu(a)                 // in A: a dies here
+	w := b.Concat(0, r, r)         // W [8, 8], new; r dies: A free
+	s := b.ReduceSum(w, true, 0)   // S [1, 8], new; W dies
+	c := b.Neg(b.ExpandLike(s, a)) // Expand takes A back, the Neg a new buffer
+	tr := b.Transpose(c, 1, 0)     // folded into the MatMul
+	g.Outputs = []string{b.ReduceSum(b.MatMul(c, tr), false)}
+	r0 := memplan.Replay(g, nil)
+	at := map[string]int64{}
+	for i, n := range r0.Order {
+		at[n.Op] = max(at[n.Op], r0.Trace[i])
+	}
+	if at["Relu"] != u {
+		t.Errorf("held at the Relu %d bytes, want %d (it writes over its input)", at["Relu"], u)
+	}
+	// While the ReduceSum runs, W and S are live and A is held for the
+	// Expand.
+	if want := int64(u + 2*u + 8*4); at["ReduceSum"] != want {
+		t.Errorf("held at the ReduceSum %d bytes, want %d (A kept for its next value)", at["ReduceSum"], want)
+	}
+	if want := int64(u + 4*4*4); at["MatMul"] != want {
+		t.Errorf("held at the MatMul %d bytes, want %d (the transposed copy folded into it)", at["MatMul"], want)
 	}
 }
 

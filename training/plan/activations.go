@@ -1,18 +1,21 @@
 package plan
 
 import (
+	"fmt"
 	"os"
+	"slices"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/setup"
+	"github.com/ortrain/ortrain/training/trainer"
 )
 
 // Activations is a training step's device memory at the per-device batch,
 // replayed at graph level in ONNX Runtime's execution order (memplan):
 // what a step holds beside the training state. Kernel workspaces and the
-// allocator's overhead come on top (`ortrain bench` measures them).
+// allocator's rounding come on top (Probe measures them).
 type Activations struct {
 	Batch     int64  `json:"batch"`
 	Recompute string `json:"recompute"`
@@ -31,13 +34,43 @@ type Activations struct {
 	// holds them in float32 with rounding copies, more than a GPU with
 	// bfloat16/float16 kernels holds; a float32 plan is the closer figure.
 	Emulated bool `json:"emulated,omitempty"`
+	// Probe is the step measured on this machine (plan --probe); nil
+	// without.
+	Probe *Probe `json:"probe,omitempty"`
+}
+
+// Probe is a training step run at a small batch on this machine's CPU and
+// measured by ONNX Runtime's allocator (trainer.ProbeMemory): the training
+// graph's peak with what the replay leaves out (kernel scratch, the
+// allocator's rounding, shapes ONNX Runtime does not reuse). The measured
+// peak over the replayed one at the probe's batch calibrates the replay at
+// any other batch; the replay keeps what is not linear in the batch (the
+// peak moving to another node).
+type Probe struct {
+	Step trainer.MemoryProbe `json:"step"`
+	// Replayed is the graph-level peak at the probe's batch.
+	Replayed int64 `json:"replayed_bytes"`
+	// PeakBytes is Activations.PeakBytes × Step.StepPeak / Replayed: the
+	// calibrated peak at the plan's batch.
+	PeakBytes int64 `json:"peak_bytes"`
+}
+
+// Calibrate returns the probe's estimate for a replayed peak.
+func (p *Probe) Calibrate(replayed int64) int64 {
+	if p.Replayed <= 0 {
+		return p.Step.StepPeak
+	}
+	return int64(float64(replayed) * float64(p.Step.StepPeak) / float64(p.Replayed))
 }
 
 // MeasureActivations builds c's artifacts in a temporary directory, which
 // it removes, and replays a training step at the per-device batch size.
 // session is where precision kernels are probed (the CPU: plan needs no
 // GPU; a bfloat16 product is then emulated, which holds the same values).
-func (p *Plan) MeasureActivations(c *config.Config, session ort.Options) error {
+//
+// With probeBatch > 0 it also runs a step at that batch in session and
+// calibrates the replay with it (see Probe).
+func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, probeBatch int) error {
 	tmp, err := os.MkdirTemp("", "ortrain-plan-")
 	if err != nil {
 		return err
@@ -59,5 +92,23 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options) error {
 	}
 	a.TotalBytes = a.PeakBytes + a.InputBytes + a.StateBytes
 	p.Activations = a
+	p.Notes = slices.DeleteFunc(p.Notes, func(n string) bool { return n == stateOnlyNote })
+	if probeBatch <= 0 {
+		return nil
+	}
+	step, ok, err := trainer.ProbeMemory(dir, session, probeBatch)
+	if err != nil {
+		return fmt.Errorf("memory probe at batch %d: %w", probeBatch, err)
+	}
+	if !ok {
+		return fmt.Errorf("memory probe: ONNX Runtime's allocator on %v keeps no statistics", session.Device)
+	}
+	at, err := artifacts.Memory(dir, int64(probeBatch))
+	if err != nil {
+		return err
+	}
+	pr := &Probe{Step: step, Replayed: at.Peak}
+	pr.PeakBytes = pr.Calibrate(a.PeakBytes)
+	a.Probe = pr
 	return nil
 }

@@ -330,9 +330,12 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 	}
 	pm.StateBytes = int64(pm.StateCopies) * 4 * pm.Params
 	p.Arithmetic = arithmetic(c, m)
-	p.Notes = append(p.Notes, "device memory counts the training state only: activations (which grow with the batch) and buffers such as BatchNorm statistics come on top")
+	p.Notes = append(p.Notes, stateOnlyNote)
 	return m, nil
 }
+
+// stateOnlyNote is the plan's note until MeasureActivations counts the rest.
+const stateOnlyNote = "device memory counts the training state only: activations (which grow with the batch) and buffers such as BatchNorm statistics come on top; --memory counts them"
 
 // arithmetic describes the precision setting: what the built artifacts
 // record, or what Autocast will do.

@@ -25,12 +25,22 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	m := p.Model
 	row("model", "%s, %s parameters", m.Source, thousands(m.Params))
-	row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice); activations not included: `ortrain artifacts inspect --memory --batch N` replays a step",
-		data.FormatBytes(m.StateBytes), m.StateCopies, m.Optimizer)
-	if a := p.Activations; a != nil {
-		row("step memory", "%s at batch %d (recompute %s): activations %s at the peak (%s per sample) + batch %s + training state %s; graph level, kernel workspaces and allocator overhead on top",
+	a := p.Activations
+	if a == nil {
+		row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice); activations not included: --memory replays a step",
+			data.FormatBytes(m.StateBytes), m.StateCopies, m.Optimizer)
+	} else {
+		row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice)",
+			data.FormatBytes(m.StateBytes), m.StateCopies, m.Optimizer)
+		row("step memory", "%s at batch %d (recompute %s): activations %s at the peak (%s per sample) + batch %s + training state %s; graph level, as ONNX Runtime's planner lays the values out; kernel scratch and the allocator's rounding on top",
 			data.FormatBytes(a.TotalBytes), a.Batch, a.Recompute, data.FormatBytes(a.PeakBytes), data.FormatBytes(a.PerSample),
 			data.FormatBytes(a.InputBytes), data.FormatBytes(a.StateBytes))
+		if pr := a.Probe; pr != nil {
+			row("measured", "%s at batch %d: activations %s, the replay scaled by a step run here at batch %d (ONNX Runtime's allocator held %s at its peak where the replay counts %s); + batch and training state %s",
+				data.FormatBytes(pr.PeakBytes+a.InputBytes+a.StateBytes), a.Batch, data.FormatBytes(pr.PeakBytes), pr.Step.Batch,
+				data.FormatBytes(pr.Step.StepPeak), data.FormatBytes(pr.Replayed),
+				data.FormatBytes(a.InputBytes+a.StateBytes))
+		}
 		if a.Emulated {
 			row("", "the low-precision products were emulated here (float32 with rounding copies), which holds more than a GPU with their kernels: --set trainer.precision=32 gives the closer upper bound")
 		}

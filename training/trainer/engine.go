@@ -584,6 +584,38 @@ func (e *engine) restore(f *safetensors.File, added []string) (fresh int64, err 
 	return fresh, nil
 }
 
+// memory reads ONNX Runtime's allocators for the sessions' device: the
+// training graph's peak in use (a step's intermediate values and the
+// outputs ONNX Runtime allocates; the training state is allocated apart)
+// and what the three sessions' arenas reserved from the system. ok is false
+// where the allocators keep no statistics.
+func (e *engine) memory() (stepPeak, reserved int64, ok bool, err error) {
+	for i, s := range []*ort.Session{e.train, e.op, e.eval} {
+		st, has, err := s.AllocatorStats()
+		if err != nil || !has {
+			return 0, 0, false, err
+		}
+		if i == 0 {
+			stepPeak = st.MaxInUse
+		}
+		reserved += st.TotalAllocated
+	}
+	return stepPeak, reserved, true, nil
+}
+
+// memoryMetrics logs the engine's memory with each training row (read
+// then, not every step): memory/step_peak_bytes and memory/reserved_bytes
+// (see engine.memory), nothing where the allocators keep no statistics.
+type memoryMetrics struct{ e *engine }
+
+func (m memoryMetrics) Metrics() map[string]float64 {
+	peak, reserved, ok, err := m.e.memory()
+	if err != nil || !ok {
+		return nil
+	}
+	return map[string]float64{"memory/step_peak_bytes": float64(peak), "memory/reserved_bytes": float64(reserved)}
+}
+
 func (e *engine) close() {
 	for _, b := range append(e.allTrain, e.allEval...) {
 		b.Close()

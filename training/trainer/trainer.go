@@ -677,7 +677,7 @@ func (t *Trainer) setupCallbacks(o Options) error {
 		}
 	}
 	t.ckpt = callback.NewCheckpointer(mgr, t, tc.CheckpointEveryNSteps, tc.Monitor)
-	t.callbacks = callback.List{callback.NewLogMetrics(logging.Multi(csv, tb), int64(tc.LogEveryNSteps), t.telemetry), t.ckpt}
+	t.callbacks = callback.List{callback.NewLogMetrics(logging.Multi(csv, tb), int64(tc.LogEveryNSteps), t.telemetry, memoryMetrics{t.eng}), t.ckpt}
 	if tc.EarlyStoppingPatience > 0 {
 		t.callbacks = append(t.callbacks, callback.NewEarlyStopping(tc.Monitor, tc.Mode, tc.EarlyStoppingPatience, tc.EarlyStoppingMinDelta))
 	}
