@@ -8,7 +8,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/plan"
+	"github.com/ortrain/ortrain/training/telemetry"
 )
 
 func planCommand() *cli.Command {
@@ -30,9 +32,11 @@ Examples:
    ortrain plan --preset resnet50-a10g-balanced --set data.train=/data/imagenet/train --set data.val=/data/imagenet/val
    ortrain plan --config run.toml --set data.batch_size=8 --json
    ortrain plan --preset bd3lm-gsm8k-h200 --memory --set model.recompute=blocks
-   ortrain plan --config run.toml --memory --probe 2`,
+   ortrain plan --config run.toml --memory --probe 2
+   ortrain plan --preset resnet50-a10g-balanced --memory --gpu-memory 23GiB`,
 		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"},
 			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak"},
+			&cli.StringFlag{Name: "gpu-memory", Usage: "with --memory, the largest batch per device whose step fits in `SIZE` (\"23GiB\"); default with a CUDA device: its memory, when NVML sees it"},
 			&cli.IntFlag{Name: "probe", Usage: "with --memory, also run a training step at batch `N` on this machine's CPU, measure ONNX Runtime's allocator peak and calibrate the replay with it (0: none)"}),
 		Action: func(c *cli.Context) error {
 			cfg, err := readConfig(c)
@@ -46,8 +50,10 @@ Examples:
 			if err != nil {
 				return err
 			}
-			if c.Int("probe") != 0 && !c.Bool("memory") {
-				return usageError{fmt.Errorf("plan: --probe calibrates what --memory replays: give both")}
+			for _, f := range []string{"probe", "gpu-memory"} {
+				if c.IsSet(f) && !c.Bool("memory") {
+					return usageError{fmt.Errorf("plan: --%s works on what --memory replays: give both", f)}
+				}
 			}
 			if c.Int("probe") < 0 {
 				return usageError{fmt.Errorf("plan: --probe %d: want a batch size ≥ 1", c.Int("probe"))}
@@ -56,7 +62,19 @@ Examples:
 				if err := loadORT(c, cfg.ORTLib); err != nil {
 					return err
 				}
-				if err := p.MeasureActivations(cfg, ort.Options{}, c.Int("probe")); err != nil {
+				mo := plan.MemoryOptions{ProbeBatch: c.Int("probe")}
+				if v := c.String("gpu-memory"); v != "" {
+					n, err := config.ParseByteSize(v)
+					if err != nil || n <= 0 {
+						return usageError{fmt.Errorf("plan: --gpu-memory %q: want a size such as 23GiB", v)}
+					}
+					mo.DeviceBytes, mo.Device = int64(n), "--gpu-memory"
+				} else if dev, err := ort.ParseDevice(cfg.Trainer.Device); err == nil && dev.CUDA {
+					if d, ok := telemetry.DeviceFor(dev.ID); ok {
+						mo.DeviceBytes, mo.Device = int64(d.MemoryTotal), fmt.Sprintf("%v (%s)", dev, d.Name)
+					}
+				}
+				if err := p.MeasureActivations(cfg, ort.Options{}, mo); err != nil {
 					return err
 				}
 			}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -166,5 +168,50 @@ func TestPlanMemory(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("plan left %d entries in the temporary directory", len(left))
+	}
+}
+
+// TestPlanFitsBatch: plan --memory --gpu-memory finds the largest batch
+// whose step memory stays within the size given: a plan at that batch
+// fits and one at the next batch does not. Without --memory, or with a
+// size that is not one, it exits 2.
+func TestPlanFitsBatch(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	type act struct {
+		TotalBytes int64 `json:"total_bytes"`
+		Fit        *struct {
+			Batch      int64 `json:"batch"`
+			TotalBytes int64 `json:"total_bytes"`
+		} `json:"fit"`
+	}
+	plan := func(extra ...string) act {
+		t.Helper()
+		args := append([]string{"ortrain", "plan", "--preset", "quickstart", "--memory", "--json"}, extra...)
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr.String())
+		}
+		var p struct{ Activations act }
+		if err := json.Unmarshal(stdout.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Activations
+	}
+	device := plan("--set", "data.batch_size=5").TotalBytes + 1000
+	got := plan("--gpu-memory", strconv.FormatInt(device, 10))
+	if got.Fit == nil || got.Fit.Batch < 5 || got.Fit.TotalBytes > device {
+		t.Fatalf("fit in %d bytes: %+v, want a batch ≥ 5 within them", device, got.Fit)
+	}
+	at := plan("--set", fmt.Sprint("data.batch_size=", got.Fit.Batch)).TotalBytes
+	next := plan("--set", fmt.Sprint("data.batch_size=", got.Fit.Batch+1)).TotalBytes
+	if at != got.Fit.TotalBytes || next <= device {
+		t.Errorf("fit batch %d: %d bytes there (plan says %d), %d at the next batch; device %d", got.Fit.Batch, at, got.Fit.TotalBytes, next, device)
+	}
+	for _, args := range [][]string{{"--gpu-memory", "23GiB"}, {"--memory", "--gpu-memory", "lots"}, {"--memory", "--probe", "-1"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"ortrain", "plan", "--preset", "quickstart"}, args...), &stdout, &stderr); code != 2 {
+			t.Errorf("plan %v: exit %d, want 2 (%s)", args, code, stderr.String())
+		}
 	}
 }

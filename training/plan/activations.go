@@ -37,7 +37,36 @@ type Activations struct {
 	// Probe is the step measured on this machine (plan --probe); nil
 	// without.
 	Probe *Probe `json:"probe,omitempty"`
+	// Fit is the largest batch a device's memory holds (plan
+	// --gpu-memory); nil without.
+	Fit *Fit `json:"fit,omitempty"`
 }
+
+// Fit is the largest per-device batch whose step memory (activations as
+// replayed, calibrated by the probe when there is one, + batch + training
+// state) stays within a device's memory.
+type Fit struct {
+	DeviceBytes int64  `json:"device_bytes"`
+	Device      string `json:"device"` // where DeviceBytes came from
+	// Batch is 0 when not even one sample fits; TotalBytes is the step
+	// memory at Batch (at 1 when none fits).
+	Batch      int64 `json:"batch"`
+	TotalBytes int64 `json:"total_bytes"`
+}
+
+// MemoryOptions say what MeasureActivations does beside the replay.
+type MemoryOptions struct {
+	// ProbeBatch > 0 runs a step at that batch and calibrates the replay
+	// with it (see Probe).
+	ProbeBatch int
+	// DeviceBytes > 0 looks for the largest batch that fits in that much
+	// memory (see Fit), which Device names.
+	DeviceBytes int64
+	Device      string
+}
+
+// maxFitBatch bounds the search for a fitting batch.
+const maxFitBatch = 1 << 16
 
 // Probe is a training step run at a small batch on this machine's CPU and
 // measured by ONNX Runtime's allocator (trainer.ProbeMemory): the training
@@ -68,9 +97,8 @@ func (p *Probe) Calibrate(replayed int64) int64 {
 // session is where precision kernels are probed (the CPU: plan needs no
 // GPU; a bfloat16 product is then emulated, which holds the same values).
 //
-// With probeBatch > 0 it also runs a step at that batch in session and
-// calibrates the replay with it (see Probe).
-func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, probeBatch int) error {
+// What else it does, o says.
+func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o MemoryOptions) error {
 	tmp, err := os.MkdirTemp("", "ortrain-plan-")
 	if err != nil {
 		return err
@@ -93,9 +121,19 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, probeBa
 	a.TotalBytes = a.PeakBytes + a.InputBytes + a.StateBytes
 	p.Activations = a
 	p.Notes = slices.DeleteFunc(p.Notes, func(n string) bool { return n == stateOnlyNote })
-	if probeBatch <= 0 {
-		return nil
+	if probeBatch := o.ProbeBatch; probeBatch > 0 {
+		if err := a.probe(dir, session, probeBatch); err != nil {
+			return err
+		}
 	}
+	if o.DeviceBytes > 0 {
+		return a.fit(dir, o.DeviceBytes, o.Device)
+	}
+	return nil
+}
+
+// probe runs a step at probeBatch and calibrates a with it.
+func (a *Activations) probe(dir string, session ort.Options, probeBatch int) error {
 	step, ok, err := trainer.ProbeMemory(dir, session, probeBatch)
 	if err != nil {
 		return fmt.Errorf("memory probe at batch %d: %w", probeBatch, err)
@@ -110,5 +148,59 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, probeBa
 	pr := &Probe{Step: step, Replayed: at.Peak}
 	pr.PeakBytes = pr.Calibrate(a.PeakBytes)
 	a.Probe = pr
+	return nil
+}
+
+// fit finds the largest batch whose step memory stays within deviceBytes:
+// doubling, then bisecting, replaying the graph at each size tried.
+func (a *Activations) fit(dir string, deviceBytes int64, device string) error {
+	total := map[int64]int64{}
+	at := func(b int64) (int64, error) {
+		if t, ok := total[b]; ok {
+			return t, nil
+		}
+		r, err := artifacts.Memory(dir, b)
+		if err != nil {
+			return 0, err
+		}
+		peak := r.Peak
+		if a.Probe != nil {
+			peak = a.Probe.Calibrate(peak)
+		}
+		total[b] = peak + r.Inputs + a.StateBytes
+		return total[b], nil
+	}
+	f := &Fit{DeviceBytes: deviceBytes, Device: device}
+	a.Fit = f
+	t, err := at(1)
+	if err != nil || t > deviceBytes {
+		f.TotalBytes = t
+		return err
+	}
+	lo, hi := int64(1), int64(2) // lo fits; hi is unknown
+	for hi <= maxFitBatch {
+		if t, err = at(hi); err != nil {
+			return err
+		}
+		if t > deviceBytes {
+			break
+		}
+		lo, hi = hi, 2*hi
+	}
+	if hi > maxFitBatch {
+		hi = maxFitBatch + 1
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if t, err = at(mid); err != nil {
+			return err
+		}
+		if t <= deviceBytes {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	f.Batch, f.TotalBytes = lo, total[lo]
 	return nil
 }

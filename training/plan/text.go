@@ -41,6 +41,17 @@ func (p *Plan) WriteText(w io.Writer) error {
 				data.FormatBytes(pr.Step.StepPeak), data.FormatBytes(pr.Replayed),
 				data.FormatBytes(a.InputBytes+a.StateBytes))
 		}
+		if f := a.Fit; f != nil {
+			basis := "replayed"
+			if a.Probe != nil {
+				basis = "replayed and calibrated by the probe"
+			}
+			if f.Batch == 0 {
+				row("fits", "no batch in %s (%s): one sample takes %s (%s); CUDA's context and kernel workspaces on top", data.FormatBytes(f.DeviceBytes), f.Device, data.FormatBytes(f.TotalBytes), basis)
+			} else {
+				row("fits", "batch ≤ %d per device in %s (%s): %s at %d (%s); CUDA's context and kernel workspaces on top", f.Batch, data.FormatBytes(f.DeviceBytes), f.Device, data.FormatBytes(f.TotalBytes), f.Batch, basis)
+			}
+		}
 		if a.Emulated {
 			row("", "the low-precision products were emulated here (float32 with rounding copies), which holds more than a GPU with their kernels: --set trainer.precision=32 gives the closer upper bound")
 		}

@@ -64,6 +64,22 @@ func Start(device int, interval time.Duration) *Sampler {
 	return startSampler(d.sample, max(interval, 100*time.Millisecond))
 }
 
+// DeviceFor returns the GPU with CUDA ordinal device (through a numeric
+// CUDA_VISIBLE_DEVICES); ok is false without NVML or that device.
+func DeviceFor(device int) (d Device, ok bool) {
+	all, err := Devices()
+	if err != nil {
+		return d, false
+	}
+	idx := nvmlIndex(device, os.Getenv("CUDA_VISIBLE_DEVICES"))
+	for _, d := range all {
+		if d.Index == idx {
+			return d, true
+		}
+	}
+	return d, false
+}
+
 // nvmlIndex maps a CUDA ordinal to an NVML index when CUDA_VISIBLE_DEVICES
 // lists indices; with UUIDs or unset it assumes the orders agree.
 func nvmlIndex(ordinal int, visible string) int {
