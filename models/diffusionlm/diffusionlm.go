@@ -288,12 +288,18 @@ func Build(c Config) (*graph.Graph, error) {
 	}
 	never := make([]float32, V)
 	never[c.MaskToken] = -1e9
-	b.OpInto(Logits, "Add", []string{b.MatMul(hx, b.Transpose(out, 1, 0)), n.Constant(graph.Float32s("", []int64{V}, never))})
+	// One Gemm with the mask token's bias over the flattened rows: a
+	// MatMul followed by an Add would hold a second vocabulary-sized
+	// tensor (ONNX Runtime's Add does not write in place).
+	rows := b.Op("Gemm", []string{b.Reshape(hx, b.Ints(-1, d)), out, n.Constant(graph.Float32s("", []int64{V}, never))}, graph.AInt("transB", 1))
+	b.OpInto(Logits, "Reshape", []string{rows, b.Ints(-1, L, V)})
 
-	// −log p(x_0) = logsumexp(logits) − logit(x_0). The max is only for
-	// range: its gradient contributions cancel, so it is cut.
-	mx := n.StopGradient(b.ReduceMax(Logits, true, 2))
-	lse := b.Add(b.Squeeze(mx, 2), b.Log(b.ReduceSum(b.Exp(b.Sub(Logits, mx)), false, 2)))
+	// −log p(x_0) = logsumexp(logits) − logit(x_0), as one reduction of
+	// the Gemm's rows: no vocabulary-sized intermediate in the forward
+	// pass, and its gradient is one Softmax, which ONNX Runtime writes
+	// over the rows (it would not over a Reshape's view of them). Logits
+	// itself is for the eval graph.
+	lse := b.Reshape(b.ReduceLogSumExp(rows, false, 1), b.Ints(-1, L))
 	tgt := b.ReduceSum(b.Mul(hx, b.Op("Gather", []string{out, x0}, graph.AInt("axis", 0))), false, 2)
 	nll := b.Sub(lse, tgt) // [B, L]
 	masked := b.Cast(b.Equal(xt, b.Const(graph.Int64s("", nil, []int64{int64(c.MaskToken)}))), dtype.Float32)

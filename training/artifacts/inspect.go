@@ -183,7 +183,15 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 		state[b.Name], state[b.Out] = true, true
 		r.State += 2 * size(b.Name)
 	}
-	r.Report = memplan.Replay(c, state)
+	// ONNX Runtime plans buffer reuse only between values whose shapes
+	// it knows: those that do not grow with the (unnamed) batch.
+	sized := map[string]bool{}
+	for v, info := range g.Infos {
+		if info.Static() {
+			sized[v] = true
+		}
+	}
+	r.Report = memplan.Replay(c, state, sized)
 	return r, nil
 }
 

@@ -125,14 +125,31 @@ func init() {
 		"ReduceLogSum": unary(func(b *B, n *N, dy string) string {
 			return b.Div(spread(b, n, dy), b.Exp(spread(b, n, y(n))))
 		}),
-		"ReduceLogSumExp": unary(func(b *B, n *N, dy string) string {
-			return b.Mul(spread(b, n, dy), b.Exp(b.Sub(x(n), spread(b, n, y(n)))))
-		}),
-		"GlobalMaxPool": unary(globalMaxGrad),
-		"ReduceProd":    unary(reduceProdGrad),
+		"ReduceLogSumExp": unary(reduceLogSumExpGrad),
+		"GlobalMaxPool":   unary(globalMaxGrad),
+		"ReduceProd":      unary(reduceProdGrad),
 	} {
 		rules[op] = r
 	}
+}
+
+// reduceLogSumExpGrad: dX = dY·softmax(X) over the reduced axes, dY and Y
+// broadcast rather than expanded. Over the last axis alone the softmax is
+// one Softmax node, which ONNX Runtime may write over X: a language
+// model's loss then holds one vocabulary-sized tensor besides the logits.
+func reduceLogSumExpGrad(b *B, n *N, dy string) string {
+	axes, ok := b.G.ReduceAxes(n)
+	if !ok {
+		return b.Fail("axes must be constant and non-empty unless reducing everything")
+	}
+	yv := y(n)
+	if n.Int("keepdims", 1) == 0 && len(axes) > 0 {
+		dy, yv = b.Unsqueeze(dy, axes...), b.Unsqueeze(yv, axes...)
+	}
+	if info := b.Info(x(n)); len(axes) == 1 && info.Known && axes[0] == int64(info.Rank()-1) {
+		return b.Mul(b.Softmax(x(n), -1), dy)
+	}
+	return b.Mul(b.Exp(b.Sub(x(n), yv)), dy)
 }
 
 // reduceProdGrad: each element's gradient is the product of the others

@@ -215,11 +215,33 @@ func (b *Builder) SwapLast(x string) string {
 // Reshape gives x the shape held by the int64 value shape.
 func (b *Builder) Reshape(x, shape string) string { return b.Op("Reshape", []string{x, shape}) }
 
-// ReshapeLike gives x the runtime shape of like; symbolic dimensions stay
-// symbolic because the shape is read when the graph runs.
+// ReshapeLike gives x, which has as many elements as like, the runtime
+// shape of like. With one dimension unknown (the batch) the shape is a
+// constant with -1 there; with more it is read when the graph runs, which
+// keeps like alive until then.
 func (b *Builder) ReshapeLike(x, like string) string {
-	if li := b.Info(like); li.Static() {
+	li := b.Info(like)
+	if li.Static() {
 		return b.Reshape(x, b.Ints(li.Shape...))
+	}
+	if li.Known {
+		unknown := 0
+		for _, d := range li.Shape {
+			if d < 0 {
+				unknown++
+			} else if d == 0 {
+				unknown = 2 // a 0 in Reshape's shape means "copy": read it instead
+			}
+		}
+		if unknown == 1 {
+			shape := slices.Clone(li.Shape)
+			for i, d := range shape {
+				if d < 0 {
+					shape[i] = -1
+				}
+			}
+			return b.Reshape(x, b.Ints(shape...))
+		}
 	}
 	return b.Reshape(x, b.Shape(like))
 }
@@ -276,6 +298,12 @@ func (b *Builder) ReduceMean(x string, keep bool, axes ...int64) string {
 // ReduceMax takes the maximum over axes.
 func (b *Builder) ReduceMax(x string, keep bool, axes ...int64) string {
 	return b.reduce("ReduceMax", x, axes, keep)
+}
+
+// ReduceLogSumExp is log Σ exp over axes, computed by ONNX Runtime
+// without a full-size intermediate.
+func (b *Builder) ReduceLogSumExp(x string, keep bool, axes ...int64) string {
+	return b.reduce("ReduceLogSumExp", x, axes, keep)
 }
 
 // ReduceSumTo undoes broadcasting: it sums g, a gradient with the shape of a

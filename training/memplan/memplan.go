@@ -4,18 +4,18 @@
 // It replays a run: nodes execute in ONNX Runtime's default order (the
 // reverse depth-first order of its GraphViewer, reproduced in Order), and
 // buffers are planned as ONNX Runtime's allocation planner plans them for
-// sequential execution (see Replay): views share their input's buffer, a
-// few activation kernels write over an input that dies with them, other
-// outputs take a dead buffer of the same shape or a new one, and a buffer
-// handed on stays allocated until its last value dies. The peak is the
-// largest sum of buffers held while a node runs, its inputs and outputs
-// both held.
+// sequential execution (see Replay): views share their input's buffer;
+// among values whose shapes the planner knows, a few activation kernels
+// write over an input that dies with them and other outputs take a dead
+// buffer of the same shape, which stays allocated until its last value
+// dies; every other value gets its own buffer, freed when it dies. The
+// peak is the largest sum of buffers held while a node runs, its inputs
+// and outputs both held.
 //
 // What it leaves out, and a probe step measures (`ortrain plan --memory
 // --probe`, the training loop's memory/step_peak_bytes): kernel scratch
 // (im2col on the CPU, cuDNN's workspaces on the GPU), the allocator's
-// rounding, shapes ONNX Runtime's own inference leaves unknown (which it
-// never reuses) and its other graph rewrites.
+// rounding and ONNX Runtime's other graph rewrites.
 package memplan
 
 import (
@@ -108,6 +108,7 @@ type buffer struct {
 	key     string // element size and shape: what a reuse must match
 	readers int    // reads still to come of the value it holds now
 	counted bool
+	planned bool // its first value's shape is one the planner compares
 	// first and last are the positions in the order from which and up to
 	// which the block is held: from its first value's node to the death of
 	// its last value. Between two values it stays allocated.
@@ -141,8 +142,11 @@ func (b *buffer) holding(i int) Value {
 // dies at its node where the kernel allows it (inPlace), else into the
 // buffer of the value freed most recently with the same element size and
 // shape, else into a new buffer. A buffer handed on stays allocated between
-// its values and is released when its last value dies.
-func Replay(g *graph.Graph, exclude map[string]bool) *Report {
+// its values and is released when its last value dies. The planner
+// compares shapes as ONNX Runtime infers them: only values in sized take
+// part (nil: every value); the others (those that grow with an unnamed
+// batch dimension) get a buffer of their own, freed when they die.
+func Replay(g *graph.Graph, exclude, sized map[string]bool) *Report {
 	order := Order(g)
 	r := &Report{Order: order}
 	size := func(v string) int64 {
@@ -183,7 +187,7 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 	unsized := map[string]bool{}
 	release := func(b *buffer, i int) {
 		b.last = i
-		if b.counted {
+		if b.counted && b.planned {
 			free = append(free, b)
 		}
 	}
@@ -205,14 +209,15 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 			}
 			v := Value{Name: o, Op: n.Op, Node: n.Name, Bytes: s}
 			counted := !outputs[o] && !exclude[o]
-			if b := buf[n.Input(0)]; k == 0 && counted && inPlace[n.Op] && b != nil && b.counted && b.readers == 1 && b.bytes == s {
+			plans := sized == nil || sized[o]
+			if b := buf[n.Input(0)]; k == 0 && counted && plans && (sized == nil || sized[n.Input(0)]) && inPlace[n.Op] && b != nil && b.counted && b.readers == 1 && b.bytes == s {
 				b.readers += reads[o]
 				b.held = append(b.held, heldValue{i, v})
 				buf[o] = b
 				continue
 			}
 			var b *buffer
-			if counted && s > 0 {
+			if counted && s > 0 && plans {
 				k := key(o)
 				for j := len(free) - 1; j >= 0; j-- {
 					if free[j].key == k {
@@ -223,7 +228,7 @@ func Replay(g *graph.Graph, exclude map[string]bool) *Report {
 				}
 			}
 			if b == nil {
-				b = &buffer{bytes: s, key: key(o), counted: counted, first: i}
+				b = &buffer{bytes: s, key: key(o), counted: counted, planned: plans, first: i}
 				all = append(all, b)
 			}
 			b.readers = reads[o]

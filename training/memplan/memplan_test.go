@@ -25,7 +25,7 @@ func TestReplayCountsLiveValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := memplan.Replay(cg, nil)
+	r := memplan.Replay(cg, nil, nil)
 	if want := int64(3 * 3 * 10 * 4); r.Peak != want {
 		t.Errorf("peak %d bytes, want %d", r.Peak, want)
 	}
@@ -59,7 +59,7 @@ func TestReplayPlansBuffersAsONNXRuntime(t *testing.T) {
 	c := b.Neg(b.ExpandLike(s, a)) // Expand takes A back, the Neg a new buffer
 	tr := b.Transpose(c, 1, 0)     // folded into the MatMul
 	g.Outputs = []string{b.ReduceSum(b.MatMul(c, tr), false)}
-	r0 := memplan.Replay(g, nil)
+	r0 := memplan.Replay(g, nil, nil)
 	at := map[string]int64{}
 	for i, n := range r0.Order {
 		at[n.Op] = max(at[n.Op], r0.Trace[i])
