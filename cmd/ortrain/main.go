@@ -34,6 +34,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			code = exitBug
 		}
 	}()
+	invocation = args
 	app := newApp(stdout, stderr)
 	err := app.Run(flagsFirst(app, args))
 	if err == nil {

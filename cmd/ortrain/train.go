@@ -75,6 +75,14 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if err != nil {
 		return "", err
 	}
+	if world := cfg.Trainer.WorldSize(); world > 1 {
+		if _, launched := collective.Launched(); !launched {
+			if opts.Device.CUDA {
+				return "", &config.Error{Key: "trainer.device", Msg: "data-parallel training on CUDA devices needs NCCL, which ortrain does not bind yet; ranks on the CPU sum gradients with MPI"}
+			}
+			return "", spawnRanks(c, cfg, world)
+		}
+	}
 	comm, err := joinJob(cfg)
 	if err != nil {
 		return "", err
@@ -152,7 +160,7 @@ func joinJob(cfg *config.Config) (*collective.Comm, error) {
 		return nil, nil
 	}
 	if !launched {
-		return nil, &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("trainer.devices × trainer.num_nodes = %d processes: start them with mpirun -np %d ortrain train ... (or srun); ortrain does not start them itself yet", world, world)}
+		return nil, &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("trainer.devices × trainer.num_nodes = %d processes: start them with mpirun -np %d ortrain train ... (or srun)", world, world)}
 	}
 	if size != world {
 		return nil, &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("the launcher started %d processes, but trainer.devices × trainer.num_nodes = %d", size, world)}
@@ -268,6 +276,8 @@ func warnData(w io.Writer, key string, ds data.Dataset) {
 // signal exits at once with status 130.
 func interruptible(w interface{ Write([]byte) (int, error) }) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
+	quit := make(chan struct{})
+	watchStopFile(cancel, quit)
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -281,7 +291,7 @@ func interruptible(w interface{ Write([]byte) (int, error) }) (context.Context, 
 			os.Exit(130)
 		}
 	}()
-	return ctx, func() { signal.Stop(ch); close(ch); cancel() }
+	return ctx, func() { signal.Stop(ch); close(ch); close(quit); cancel() }
 }
 
 // configFlags are the flags that choose a run configuration, shared by

@@ -242,8 +242,9 @@ type Trainer struct {
 	Device string `toml:"device"`
 	// Devices is Lightning's device count per node and NumNodes its node
 	// count (0, unset, means 1 for both): their product is the world size
-	// of a data-parallel run, one process per device, which a launcher
-	// starts (mpirun -np N ortrain train ...). Strategy is "auto" or
+	// of a data-parallel run, one process per device, which ortrain starts
+	// under mpirun on one machine, or a launcher on several (mpirun -np N
+	// --host ..., srun). Strategy is "auto" or
 	// "ddp" (the only data-parallel strategy; auto picks it for a world
 	// size above 1).
 	Devices  int    `toml:"devices,omitempty"`
