@@ -30,6 +30,27 @@ OrtStatus* ortrain_create_env(int log_level, OrtEnv** out) {
   return api->CreateEnv((OrtLoggingLevel)log_level, "ortrain", out);
 }
 
+OrtStatus* ortrain_register_cpu_arena(OrtEnv* env, const char** keys, const size_t* values, size_t n, int replace) {
+  OrtMemoryInfo* mi = NULL;
+  OrtStatus* st = api->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &mi);
+  if (st) return st;
+  if (replace) {
+    st = api->UnregisterAllocator(env, mi);
+    if (st) {
+      api->ReleaseMemoryInfo(mi);
+      return st;
+    }
+  }
+  OrtArenaCfg* cfg = NULL;
+  st = api->CreateArenaCfgV2(keys, values, n, &cfg);
+  if (!st) {
+    st = api->CreateAndRegisterAllocator(env, mi, cfg);
+    api->ReleaseArenaCfg(cfg);
+  }
+  api->ReleaseMemoryInfo(mi);
+  return st;
+}
+
 OrtStatus* ortrain_available_providers(char*** out, int* n) { return api->GetAvailableProviders(out, n); }
 void ortrain_release_providers(char** p, int n) { OrtStatus* s = api->ReleaseAvailableProviders(p, n); if (s) api->ReleaseStatus(s); }
 

@@ -19,6 +19,11 @@ int ortrain_error_code(OrtStatus* s);
 void ortrain_release_status(OrtStatus* s);
 
 OrtStatus* ortrain_create_env(int log_level, OrtEnv** out);
+// ortrain_register_cpu_arena gives env one CPU arena, configured by the
+// CreateArenaCfgV2 keys and values, that sessions share when their options
+// say session.use_env_allocators; with replace, the arena registered
+// before goes (sessions holding it keep it).
+OrtStatus* ortrain_register_cpu_arena(OrtEnv* env, const char** keys, const size_t* values, size_t n, int replace);
 OrtStatus* ortrain_available_providers(char*** out, int* n);
 void ortrain_release_providers(char** p, int n);
 

@@ -51,7 +51,7 @@ func Init(path string) error {
 		return err
 	}
 	env, libPath = e, path
-	return nil
+	return registerCPUArena(false)
 }
 
 // Initialised reports whether Init succeeded.

@@ -184,6 +184,9 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 		}
 	}
 	config := map[string]string{"session.record_ep_graph_assignment_info": "1"}
+	if !opts.Device.CUDA && !opts.CPU.DisableArena {
+		config["session.use_env_allocators"] = "1"
+	}
 	if opts.Device.CUDA && !allowFallback {
 		config["session.disable_cpu_ep_fallback"] = "1"
 	}

@@ -420,6 +420,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	if _, err := autodiff.Recompute(g, forward, keep, data, m.Recompute); err != nil {
 		return nil, err
 	}
+	autodiff.NameSoftmaxInputs(g)
 	g.AddInput(Reset, graph.Info{DType: dtype.Bool, Known: true, Shape: []int64{}})
 	b := graph.NewBuilder(g, "acc/")
 	outs := []string{loss.Name}

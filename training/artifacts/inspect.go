@@ -132,6 +132,19 @@ type MemoryReport struct {
 	// parameters, gradient accumulators and optimizer states (each twice,
 	// for the ping-pong buffers), buffers and frozen parameters.
 	State int64
+	// Optimizer is the optimizer graph's peak of intermediate values (the
+	// update's temporaries; it does not grow with the batch).
+	Optimizer int64
+}
+
+// StepPeak is what a step holds beside the training state and the batch
+// where the training and optimizer graphs share one arena (the CPU): the
+// larger of their peaks; with an arena each (a GPU), both.
+func (r *MemoryReport) StepPeak(sharedArena bool) int64 {
+	if sharedArena {
+		return max(r.Peak, r.Optimizer)
+	}
+	return r.Peak + r.Optimizer
 }
 
 // Memory replays the training graph of the artifacts in dir at the given
@@ -184,14 +197,22 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 		r.State += 2 * size(b.Name)
 	}
 	// ONNX Runtime plans buffer reuse only between values whose shapes
-	// it knows: those that do not grow with the (unnamed) batch.
+	// it knows: those that do not grow with the (unnamed) batch, and those
+	// whose dimensions ortrain names.
 	sized := map[string]bool{}
 	for v, info := range g.Infos {
-		if info.Static() {
-			sized[v] = true
+		named := info.Known
+		for k, d := range info.Shape {
+			named = named && (d >= 0 || k < len(g.Dims[v]) && g.Dims[v][k] != "")
 		}
+		sized[v] = named
 	}
 	r.Report = memplan.Replay(c, state, sized)
+	og, err := graph.Load(filepath.Join(dir, OptimizerFile))
+	if err != nil {
+		return nil, err
+	}
+	r.Optimizer = memplan.Replay(og, nil, nil).Peak
 	return r, nil
 }
 
@@ -202,6 +223,7 @@ func (r *MemoryReport) String() string {
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 	fmt.Fprintf(&b, "training step at batch %d, as ONNX Runtime orders it (graph-level, as its planner lays the values out: kernel scratch and the allocator's rounding not included; `ortrain plan --memory --probe N` measures a step):\n", r.Batch)
 	fmt.Fprintf(&b, "  activations at the peak  %s (%s per sample), while node %q runs (%d of %d)\n", mb(r.Peak), mb(r.Peak/max(r.Batch, 1)), r.PeakNode, r.PeakAt+1, len(r.Order))
+	fmt.Fprintf(&b, "  optimizer's temporaries  %s at its peak (the update; the same at any batch)\n", mb(r.Optimizer))
 	fmt.Fprintf(&b, "  batch inputs             %s\n", mb(r.Inputs))
 	fmt.Fprintf(&b, "  training state           %s (parameters, gradients, optimizer state, buffers; double-buffered)\n", mb(r.State))
 	byOp := map[string]int64{}

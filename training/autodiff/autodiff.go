@@ -203,6 +203,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 	}
 	foldExpands(g, backward, out)
+	rowScaleThroughGemm(g, backward)
 	fullOperandFirst(g, backward)
 	earliestContributionLast(g, backward)
 	return out, b.Err

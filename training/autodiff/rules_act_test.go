@@ -57,6 +57,11 @@ var actCases = []fdCase{
 	{name: "ReduceLogSumExp/last-drop", dtype: f64, ins: ins(normal, s(2, 3, 5)), build: reduceAttr("ReduceLogSumExp", 0, -1)},
 	{name: "ReduceLogSumExp/last-keep", dtype: f32, ins: ins(normal, s(3, 7)), build: reduceAttr("ReduceLogSumExp", 1, 1)},
 	{name: "ReduceLogSumExp/all", dtype: f64, ins: ins(normal, s(2, 3)), build: reduceAttr("ReduceLogSumExp", 0)},
+	// A language model's head and loss: the backward's row scaling moves
+	// through both Gemms (rowScaleThroughGemm).
+	{name: "ReduceLogSumExp/over-gemm-rows", dtype: f64, ins: ins(normal, s(3, 4), s(6, 4)), build: func(b *graph.Builder, x []string) string {
+		return b.ReduceLogSumExp(b.Op("Gemm", x, ai("transB", 1)), false, 1)
+	}},
 	{name: "ReduceProd/axis", dtype: f64, ins: ins(positive, s(2, 3, 2)), build: reduceAttr("ReduceProd", 0, 1)},
 	{name: "ReduceProd/all-keep", dtype: f64, ins: ins(away, s(2, 3)), build: reduceAttr("ReduceProd", 1)},
 	{name: "ReduceProd/one-zero", dtype: f64, ins: ins(zeroFirst, s(2, 3)), build: reduceAttr("ReduceProd", 1, 1)},

@@ -191,8 +191,10 @@ type Graph struct {
 	InitOrder    []string
 	// Infos holds the type and shape facts known for values.
 	Infos map[string]Info
-	// Dims holds symbolic dimension names of graph inputs and outputs, per
-	// value, "" where a dimension has none; kept so written graphs keep them.
+	// Dims holds symbolic dimension names of graph inputs and outputs, and
+	// of intermediate values whose dimensions ortrain names for ONNX
+	// Runtime's planner (written as value_info), per value, "" where a
+	// dimension has none; kept so written graphs keep them.
 	Dims map[string][]string
 
 	names   map[string]bool // every value and node name in use

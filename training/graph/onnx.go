@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,6 +65,11 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 	for _, vi := range append(append([]*onnxpb.ValueInfoProto{}, gp.GetValueInfo()...), gp.GetOutput()...) {
 		info, _ := infoOf(vi)
 		declared[vi.GetName()] = info
+	}
+	for _, vi := range gp.GetValueInfo() {
+		if _, dims := infoOf(vi); slices.ContainsFunc(dims, func(d string) bool { return d != "" }) {
+			g.Dims[vi.GetName()] = dims
+		}
 	}
 	for _, vi := range gp.GetOutput() {
 		g.Outputs = append(g.Outputs, vi.GetName())
@@ -149,12 +155,23 @@ func (g *Graph) ToModel() *onnxpb.ModelProto {
 	for _, out := range g.Outputs {
 		gp.Output = append(gp.Output, g.ValueInfo(out))
 	}
+	outputs := map[string]bool{}
+	for _, out := range g.Outputs {
+		outputs[out] = true
+	}
 	for _, n := range g.Nodes {
 		np := &onnxpb.NodeProto{OpType: proto.String(n.Op), Name: proto.String(n.Name), Input: n.Inputs, Output: n.Outputs, Attribute: n.Attrs}
 		if n.Domain != "" {
 			np.Domain = proto.String(n.Domain)
 		}
 		gp.Node = append(gp.Node, np)
+		// Intermediate values with named dimensions, which ONNX Runtime's
+		// inference would leave unknown (see Dims).
+		for _, o := range n.Outputs {
+			if _, named := g.Dims[o]; named && o != "" && !outputs[o] {
+				gp.ValueInfo = append(gp.ValueInfo, g.ValueInfo(o))
+			}
+		}
 	}
 	m := &onnxpb.ModelProto{
 		IrVersion:    proto.Int64(8),

@@ -41,6 +41,9 @@ func TestInPlaceOpsMatchONNXRuntime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := ort.NewCPUArena(); err != nil { // counts of this session alone
+			t.Fatal(err)
+		}
 		s, err := ort.NewSessionFromBytes(model, ort.Options{Device: ort.CPU, DisableMemPattern: true})
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)

@@ -19,10 +19,15 @@ import (
 type Activations struct {
 	Batch     int64  `json:"batch"`
 	Recompute string `json:"recompute"`
-	// PeakBytes is the intermediate values live at the step's peak;
-	// PerSample is PeakBytes / Batch.
+	// PeakBytes is the intermediate values live at the step's peak: the
+	// training graph's, or the optimizer graph's where that is larger (on
+	// the CPU, where they share an arena; on a GPU, each arena holding its
+	// own, their sum); PerSample is PeakBytes / Batch.
 	PeakBytes int64 `json:"peak_bytes"`
-	PerSample int64 `json:"per_sample_bytes"`
+	// OptimizerBytes is the optimizer graph's part: its peak, which does
+	// not grow with the batch.
+	OptimizerBytes int64 `json:"optimizer_bytes"`
+	PerSample      int64 `json:"per_sample_bytes"`
 	// InputBytes is the batch; StateBytes the training state as the engine
 	// allocates it (parameters, accumulators, optimizer states, buffers).
 	InputBytes int64 `json:"input_bytes"`
@@ -40,6 +45,8 @@ type Activations struct {
 	// Fit is the largest batch a device's memory holds (plan
 	// --gpu-memory); nil without.
 	Fit *Fit `json:"fit,omitempty"`
+
+	shared bool // the graphs share an arena (see PeakBytes)
 }
 
 // Fit is the largest per-device batch whose step memory (activations as
@@ -69,27 +76,23 @@ type MemoryOptions struct {
 const maxFitBatch = 1 << 16
 
 // Probe is a training step run at a small batch on this machine's CPU and
-// measured by ONNX Runtime's allocator (trainer.ProbeMemory): the training
-// graph's peak with what the replay leaves out (kernel scratch, the
-// allocator's rounding, shapes ONNX Runtime does not reuse). The measured
-// peak over the replayed one at the probe's batch calibrates the replay at
-// any other batch; the replay keeps what is not linear in the batch (the
-// peak moving to another node).
+// measured by ONNX Runtime's allocator (trainer.ProbeMemory): the step's
+// peak with what the replay leaves out (kernel scratch, the allocator's
+// rounding). What the measurement adds to the replay at the probe's batch
+// is added to the replay at any other: the replay keeps what grows with
+// the batch and where the peak moves.
 type Probe struct {
 	Step trainer.MemoryProbe `json:"step"`
 	// Replayed is the graph-level peak at the probe's batch.
 	Replayed int64 `json:"replayed_bytes"`
-	// PeakBytes is Activations.PeakBytes × Step.StepPeak / Replayed: the
+	// PeakBytes is Activations.PeakBytes + Step.StepPeak − Replayed: the
 	// calibrated peak at the plan's batch.
 	PeakBytes int64 `json:"peak_bytes"`
 }
 
 // Calibrate returns the probe's estimate for a replayed peak.
 func (p *Probe) Calibrate(replayed int64) int64 {
-	if p.Replayed <= 0 {
-		return p.Step.StepPeak
-	}
-	return int64(float64(replayed) * float64(p.Step.StepPeak) / float64(p.Replayed))
+	return max(replayed+p.Step.StepPeak-p.Replayed, 0)
 }
 
 // MeasureActivations builds c's artifacts in a temporary directory, which
@@ -113,8 +116,13 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 	if err != nil {
 		return err
 	}
-	a := &Activations{Batch: batch, Recompute: c.Model.Recompute, PeakBytes: r.Peak, PerSample: r.Peak / max(batch, 1),
-		InputBytes: r.Inputs, StateBytes: r.State, Emulated: m.Precision.EmulatedNodes > 0}
+	shared := !session.Device.CUDA
+	if dev, err := ort.ParseDevice(c.Trainer.Device); err == nil {
+		shared = !dev.CUDA
+	}
+	peak := r.StepPeak(shared)
+	a := &Activations{Batch: batch, Recompute: c.Model.Recompute, PeakBytes: peak, PerSample: peak / max(batch, 1), OptimizerBytes: r.Optimizer,
+		InputBytes: r.Inputs, StateBytes: r.State, Emulated: m.Precision.EmulatedNodes > 0, shared: shared}
 	if a.Recompute == "" {
 		a.Recompute = "cheap"
 	}
@@ -145,7 +153,7 @@ func (a *Activations) probe(dir string, session ort.Options, probeBatch int) err
 	if err != nil {
 		return err
 	}
-	pr := &Probe{Step: step, Replayed: at.Peak}
+	pr := &Probe{Step: step, Replayed: at.StepPeak(a.shared)}
 	pr.PeakBytes = pr.Calibrate(a.PeakBytes)
 	a.Probe = pr
 	return nil
@@ -163,7 +171,7 @@ func (a *Activations) fit(dir string, deviceBytes int64, device string) error {
 		if err != nil {
 			return 0, err
 		}
-		peak := r.Peak
+		peak := r.StepPeak(a.shared)
 		if a.Probe != nil {
 			peak = a.Probe.Calibrate(peak)
 		}

@@ -36,7 +36,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 			data.FormatBytes(a.TotalBytes), a.Batch, a.Recompute, data.FormatBytes(a.PeakBytes), data.FormatBytes(a.PerSample),
 			data.FormatBytes(a.InputBytes), data.FormatBytes(a.StateBytes))
 		if pr := a.Probe; pr != nil {
-			row("measured", "%s at batch %d: activations %s, the replay scaled by a step run here at batch %d (ONNX Runtime's allocator held %s at its peak where the replay counts %s); + batch and training state %s",
+			row("measured", "%s at batch %d: activations %s, the replay corrected by a step run here at batch %d (ONNX Runtime's allocator held %s at its peak where the replay counts %s); + batch and training state %s",
 				data.FormatBytes(pr.PeakBytes+a.InputBytes+a.StateBytes), a.Batch, data.FormatBytes(pr.PeakBytes), pr.Step.Batch,
 				data.FormatBytes(pr.Step.StepPeak), data.FormatBytes(pr.Replayed),
 				data.FormatBytes(a.InputBytes+a.StateBytes))

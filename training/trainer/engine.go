@@ -82,6 +82,13 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.
 	// ONNX Runtime's memory pattern would add a whole-run block on top of
 	// the arena at the second step; one step's buffers are enough.
 	opts.DisableMemPattern = true
+	if !opts.Device.CUDA && !opts.CPU.DisableArena {
+		// The three graphs share a CPU arena of their own: its peak is
+		// this engine's (memory), not an earlier one's in the process.
+		if err := ort.NewCPUArena(); err != nil {
+			return e, err
+		}
+	}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -587,8 +594,10 @@ func (e *engine) restore(f *safetensors.File, added []string) (fresh int64, err 
 // memory reads ONNX Runtime's allocators for the sessions' device: the
 // training graph's peak in use (a step's intermediate values and the
 // outputs ONNX Runtime allocates; the training state is allocated apart)
-// and what the three sessions' arenas reserved from the system. ok is false
-// where the allocators keep no statistics.
+// and what the arenas reserved from the system. On the CPU the three
+// sessions share one arena (ort's shared CPU arena), whose peak is the
+// training step's; on a GPU each has its own. ok is false where the
+// allocators keep no statistics.
 func (e *engine) memory() (stepPeak, reserved int64, ok bool, err error) {
 	for i, s := range []*ort.Session{e.train, e.op, e.eval} {
 		st, has, err := s.AllocatorStats()
@@ -598,7 +607,11 @@ func (e *engine) memory() (stepPeak, reserved int64, ok bool, err error) {
 		if i == 0 {
 			stepPeak = st.MaxInUse
 		}
-		reserved += st.TotalAllocated
+		if s.Device().CUDA {
+			reserved += st.TotalAllocated
+		} else {
+			reserved = st.TotalAllocated
+		}
 	}
 	return stepPeak, reserved, true, nil
 }
