@@ -24,7 +24,7 @@ func benchCommand() *cli.Command {
 		UsageText: "ortrain bench [--case NAME]... [--torch] [--steps N]",
 		Description: `Runs ` + "`ortrain train`" + ` on synthetic data for a few steps at two batch sizes,
 each in its own process, and reads each process's peak resident memory and
-the training graph's peak in ONNX Runtime's allocator (memory/step_peak_bytes);
+the step's peak in ONNX Runtime's allocator (memory/step_peak_bytes);
 the slope between the two batch sizes is the memory per sample. With --torch the recipe's
 PyTorch twin (models/pytorch/bench_memory.py, eager, same optimizer) runs
 beside it and the ratio is printed. CPU only.

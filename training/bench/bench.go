@@ -62,7 +62,7 @@ func Lookup(name string) (Case, bool) {
 type Result struct {
 	Case    Case
 	Ortrain [2]int64
-	// Step is the training graph's peak in ONNX Runtime's allocator
+	// Step is the step's peak in ONNX Runtime's allocator
 	// (memory/step_peak_bytes): the activations without the process's
 	// libraries, heap and the arena's unused reserve.
 	Step  [2]int64

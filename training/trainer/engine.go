@@ -592,12 +592,12 @@ func (e *engine) restore(f *safetensors.File, added []string) (fresh int64, err 
 }
 
 // memory reads ONNX Runtime's allocators for the sessions' device: the
-// training graph's peak in use (a step's intermediate values and the
-// outputs ONNX Runtime allocates; the training state is allocated apart)
-// and what the arenas reserved from the system. On the CPU the three
-// sessions share one arena (ort's shared CPU arena), whose peak is the
-// training step's; on a GPU each has its own. ok is false where the
-// allocators keep no statistics.
+// step's peak in use (the intermediate values and outputs ONNX Runtime
+// allocates; the training state is allocated apart) and what the arenas
+// reserved from the system. On the CPU the three sessions share one arena
+// (ort.NewCPUArena), whose peak is the training or the optimizer graph's,
+// whichever holds more; on a GPU each has its own and the peak is the
+// training graph's. ok is false where the allocators keep no statistics.
 func (e *engine) memory() (stepPeak, reserved int64, ok bool, err error) {
 	for i, s := range []*ort.Session{e.train, e.op, e.eval} {
 		st, has, err := s.AllocatorStats()

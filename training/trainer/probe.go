@@ -13,10 +13,11 @@ import (
 // allocator for it.
 type MemoryProbe struct {
 	Batch int `json:"batch"`
-	// StepPeak is the most the training graph held at once: its
-	// intermediate values and the outputs ONNX Runtime allocates, as the
-	// arena rounds them. The training state and the batch are allocated
-	// apart and not in it.
+	// StepPeak is the most ONNX Runtime's allocator held at once in the
+	// step: the intermediate values and outputs it allocates (the
+	// training state and the batch are allocated apart), of the training
+	// graph, or on the CPU, whose arena the optimizer graph shares, of
+	// whichever holds more.
 	StepPeak int64 `json:"step_peak_bytes"`
 	// Reserved is what the arenas of the training, optimizer and eval
 	// graphs took from the device.
