@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -89,7 +88,7 @@ func spawnRanks(c *cli.Context, cfg *config.Config, world int) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var once sync.Once
+	asked := false
 	for {
 		select {
 		case err := <-done:
@@ -99,9 +98,8 @@ func spawnRanks(c *cli.Context, cfg *config.Config, world int) error {
 			}
 			return err
 		case <-sigs:
-			first := false
-			once.Do(func() { first = true })
-			if first {
+			if !asked {
+				asked = true
 				fmt.Fprintln(c.App.ErrWriter, "\nortrain: interrupted; the ranks finish the step and rank 0 writes a checkpoint (again to exit now)")
 				if err := os.WriteFile(stop, nil, 0o644); err != nil {
 					return err

@@ -182,6 +182,7 @@ func Replay(g *graph.Graph, exclude, sized map[string]bool) *Report {
 		}
 	}
 	fused := fusedTransposes(g, order)
+	knows := func(v string) bool { return sized == nil || sized[v] } // the planner can match v's shape
 	buf := map[string]*buffer{}
 	var all, free []*buffer // free: released values' buffers, the latest last
 	unsized := map[string]bool{}
@@ -196,11 +197,15 @@ func Replay(g *graph.Graph, exclude, sized map[string]bool) *Report {
 			if o == "" {
 				continue
 			}
-			if k == 0 && (views[n.Op] || fused[o]) && buf[n.Input(0)] != nil {
-				b := buf[n.Input(0)]
-				b.readers += reads[o]
-				buf[o] = b
-				continue
+			if k == 0 && (views[n.Op] || fused[o]) {
+				if b := buf[n.Input(0)]; b != nil {
+					b.readers += reads[o]
+					buf[o] = b
+					continue
+				}
+				if fused[o] { // of a graph input: nothing to share or count
+					continue
+				}
 			}
 			s := size(o)
 			if s < 0 {
@@ -209,8 +214,8 @@ func Replay(g *graph.Graph, exclude, sized map[string]bool) *Report {
 			}
 			v := Value{Name: o, Op: n.Op, Node: n.Name, Bytes: s}
 			counted := !outputs[o] && !exclude[o]
-			plans := sized == nil || sized[o]
-			if b := buf[n.Input(0)]; k == 0 && counted && plans && (sized == nil || sized[n.Input(0)]) && inPlace[n.Op] && b != nil && b.counted && b.readers == 1 && b.bytes == s {
+			plans := knows(o)
+			if b := buf[n.Input(0)]; k == 0 && counted && plans && knows(n.Input(0)) && inPlace[n.Op] && b != nil && b.counted && b.readers == 1 && b.bytes == s {
 				b.readers += reads[o]
 				b.held = append(b.held, heldValue{i, v})
 				buf[o] = b

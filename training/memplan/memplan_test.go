@@ -75,6 +75,17 @@ func TestReplayPlansBuffersAsONNXRuntime(t *testing.T) {
 	if want := int64(u + 4*4*4); at["MatMul"] != want {
 		t.Errorf("held at the MatMul %d bytes, want %d (the transposed copy folded into it)", at["MatMul"], want)
 	}
+
+	// A weight (a graph input) transposed for its MatMul takes nothing
+	// either.
+	gw := graph.New("w", graph.EmitOpset)
+	gw.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{4, 8}})
+	gw.AddInput("W", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{6, 8}})
+	bw := graph.NewBuilder(gw, "")
+	gw.Outputs = []string{bw.ReduceSum(bw.MatMul("x", bw.Transpose("W", 1, 0)), false)}
+	if r := memplan.Replay(gw, nil, nil); r.Peak != 4*6*4 {
+		t.Errorf("peak %d bytes with a transposed weight, want %d (the MatMul's output alone)", r.Peak, 4*6*4)
+	}
 }
 
 // TestOrderIsDepthFirstFromTheLastLeaf: ONNX Runtime's default order runs

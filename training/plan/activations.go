@@ -116,10 +116,10 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 	if err != nil {
 		return err
 	}
-	shared := !session.Device.CUDA
-	if dev, err := ort.ParseDevice(c.Trainer.Device); err == nil {
-		shared = !dev.CUDA
-	}
+	// The graphs share an arena on the CPU (the plan's device is the
+	// run's, not session's: plans are made on the CPU).
+	dev, err := ort.ParseDevice(c.Trainer.Device)
+	shared := err != nil || !dev.CUDA
 	peak := r.StepPeak(shared)
 	a := &Activations{Batch: batch, Recompute: c.Model.Recompute, PeakBytes: peak, PerSample: peak / max(batch, 1), OptimizerBytes: r.Optimizer,
 		InputBytes: r.Inputs, StateBytes: r.State, Emulated: m.Precision.EmulatedNodes > 0, shared: shared}
