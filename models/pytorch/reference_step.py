@@ -12,13 +12,16 @@ VisionTransformer (2 layers, 2 heads, width 32), exported without a loss
 whose loss, the mean squared error against a "target" volume, is inside
 the export (torch 1.13 cannot export F.mse_loss itself). patchnet is a small discriminator-like
 net (LeakyReLU 0.2, GroupNorm, Hardswish, ELU) whose loss, F.cross_entropy,
-is inside the export, as the model's "loss" output.
+is inside the export, as the model's "loss" output. zoo:NAME is one of
+torchvision's architectures at a small size (see zoo), exported without a
+loss and with its batch size free.
 
 OUT_DIR gets model.onnx and reference.safetensors (tensors "images",
 "target", "loss" and "grad.<param>" for each parameter).
 """
 
 import argparse
+import copy
 import json
 import os
 import struct
@@ -31,7 +34,7 @@ import torchvision
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ortrain_export as ox  # noqa: E402
 
-_DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8"}
+_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8"}
 
 
 def write_safetensors(path, tensors):
@@ -84,10 +87,50 @@ class UNet3D(torch.nn.Module):
         return self.out(torch.cat([u, e], dim=1))
 
 
+def zoo(name, classes):
+    """Small configurations of torchvision's architectures, each exercising
+    what an export of it asks of ortrain: channel shuffles and window
+    partitions reshaped through the batch size, padding computed from
+    shapes, squeeze-excitation, grouped and depthwise convolutions, layer
+    scale, ceil-mode pooling, relative position biases."""
+    M = torchvision.models
+    build = {
+        "shufflenet": lambda: M.shufflenet_v2_x0_5(num_classes=classes),
+        "swin": lambda: M.swin_transformer.SwinTransformer(
+            patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+            stochastic_depth_prob=0.0, num_classes=classes),
+        "vit": lambda: M.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                           hidden_dim=32, mlp_dim=64, num_classes=classes),
+        "maxvit": lambda: M.maxvit.MaxVit(input_size=(32, 32), stem_channels=16, partition_size=2,
+                                          block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                                          stochastic_depth_prob=0.0, num_classes=classes),
+        "convnext": lambda: M.convnext.ConvNeXt(
+            [M.convnext.CNBlockConfig(16, 32, 1), M.convnext.CNBlockConfig(32, None, 1)],
+            stochastic_depth_prob=0.0, num_classes=classes),
+        "mobilenet_v3": lambda: M.mobilenet_v3_small(num_classes=classes),
+        "efficientnet": lambda: M.efficientnet_b0(num_classes=classes, stochastic_depth_prob=0.0),
+        "regnet": lambda: M.regnet_x_400mf(num_classes=classes),
+        "densenet": lambda: M.DenseNet(growth_rate=8, block_config=(2, 2, 2, 2), num_init_features=16,
+                                       num_classes=classes),
+        "googlenet": lambda: M.googlenet(num_classes=classes, aux_logits=False, init_weights=True),
+        "squeezenet": lambda: M.squeezenet1_1(num_classes=classes),
+    }[name]
+    model = build()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0  # dropout draws differ between the two runtimes
+        if isinstance(m, torch.nn.Linear) and not m.weight.detach().any():
+            # a zeroed head would zero every other gradient
+            torch.nn.init.normal_(m.weight, std=0.5)
+    return model
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--model", choices=["resnet18", "patchnet", "vit", "unet3d"], default="resnet18")
+    p.add_argument("--model", default="resnet18",
+                   help="resnet18, patchnet, vit, unet3d, or zoo:NAME (shufflenet, swin, vit, maxvit, convnext, "
+                        "mobilenet_v3, efficientnet, regnet, densenet, googlenet, squeezenet)")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=4)
@@ -122,6 +165,12 @@ def main():
         torch.nn.init.normal_(model.heads.head.weight, std=0.5)
         ox.export(model, {"images": x}, path, output_names=["logits"])
         smoothing = 0.0
+    elif a.model.startswith("zoo:"):
+        model = zoo(a.model[4:], a.classes)
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        ox.export(model, {"images": x}, path, output_names=["logits"])
+        model.load_state_dict(state)
+        smoothing = 0.0
     elif a.model == "patchnet":
         model = PatchNet(a.classes)
         ox.export(model, {"images": x}, path, loss=lambda out, t: F.cross_entropy(out, t),
@@ -135,6 +184,12 @@ def main():
         ox.export(model, {"images": x}, path, output_names=["logits"])
         model.load_state_dict(state)
         smoothing = a.label_smoothing
+    if a.model.startswith("zoo:"):
+        # The exact gradient, to judge both float32 runs by: deep stacks of
+        # batch norms over few values are ill-conditioned, and PyTorch's own
+        # float32 gradient can be a few % off it.
+        m64 = copy.deepcopy(model).double().train()
+        F.cross_entropy(m64(x.double()), y).backward()
     model.train()
     model.zero_grad()
     loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
@@ -142,6 +197,9 @@ def main():
     tensors = {"images": x, "target": y, "loss": loss.detach().reshape(())}
     for name, prm in model.named_parameters():
         tensors["grad." + name] = prm.grad
+    if a.model.startswith("zoo:"):
+        for name, prm in m64.named_parameters():
+            tensors["grad64." + name] = prm.grad
     write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
     print("loss", float(loss))
 

@@ -105,9 +105,12 @@ func insertZeros(b *B, g string, i int, s int64, sizes []int64) string {
 // input channels, strides and dilations trading places.
 func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64, group int64) string {
 	xi, wi := b.Info(xv), b.Info(wv)
-	if !wi.Static() || xi.Shape[1] < 0 {
-		return b.Fail("Conv weight %v and input channels %v must be static", wi, xi)
+	if !wi.Static() || xi.Shape[1] >= 0 && xi.Shape[1] != wi.Shape[1]*group {
+		return b.Fail("Conv weight %v must be static and match the input channels %v", wi, xi)
 	}
+	// The weight fixes the input channels where inference lost them (a
+	// channel shuffle reshaped through the batch size).
+	channels := wi.Shape[1] * group
 	if group == 1 {
 		return convWeightGradGEMM(b, xv, g, w, in, out, wi.Shape)
 	}
@@ -122,7 +125,7 @@ func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64
 	} else {
 		// Channels c of group k pair with images as channels k*N+n, so the
 		// convolution's own groups keep the groups apart.
-		cg, m := xi.Shape[1]/group, wi.Shape[0]
+		cg, m := channels/group, wi.Shape[0]
 		perm := func(first ...int64) []int64 {
 			for i := 3; i < r+1; i++ {
 				first = append(first, int64(i))

@@ -7,11 +7,14 @@ import (
 )
 
 // FoldShapes replaces the integer shape arithmetic that exporters emit
-// (Shape of a tensor whose size is known, then Gather, Unsqueeze, Concat,
-// Slice and + - × ÷ on the result) by Constant nodes, where every input is
+// (Shape of a tensor, then Gather, Unsqueeze, Concat, Slice and + - × ÷ on
+// the result) by Constant nodes, where every element of the result is
 // known. Gradient rules that need constant sizes or slice bounds (an
 // attention's q/k/v split, a reshape to heads) then see them, and no Shape
-// node keeps an activation alive. It returns how many nodes were folded.
+// node keeps an activation alive. Results with unknown elements (the
+// batch size) are kept as partial values, which Reshape, Expand and
+// ConstantOfShape read for the sizes they do know. It returns how many
+// nodes were folded.
 func (g *Graph) FoldShapes() int {
 	known := map[string]intConst{}
 	get := func(name string) (intConst, bool) {
@@ -50,6 +53,7 @@ func (g *Graph) FoldShapes() int {
 		// One pass infers and folds: sizes a fold makes known reach the
 		// Shape nodes after it.
 		g.infer(n)
+		g.traceDims(n)
 		if n.Domain != "" || len(n.Outputs) != 1 {
 			continue
 		}
@@ -73,6 +77,16 @@ func (g *Graph) FoldShapes() int {
 		if !done {
 			continue
 		}
+		known[n.Outputs[0]] = out
+		if !out.complete() {
+			if len(out.dims) == 1 {
+				if g.partial == nil {
+					g.partial = map[string][]int64{}
+				}
+				g.partial[n.Outputs[0]] = out.v
+			}
+			continue
+		}
 		t := Int64s("", out.dims, out.v)
 		if out.bool {
 			raw := make([]byte, len(out.v))
@@ -84,18 +98,27 @@ func (g *Graph) FoldShapes() int {
 		c := &Node{Op: "Constant", Name: n.Name, Outputs: n.Outputs, Attrs: []*Attr{ATensor("value", t)}}
 		g.Nodes[i] = c
 		g.infer(c)
-		known[n.Outputs[0]] = out
 		folded++
 	}
 	return folded
 }
 
-// intConst is a small constant int64 (or bool) tensor: its elements and
-// dimensions.
+// intConst is a small int64 (or bool) tensor computed from constants and
+// shapes: its elements (unknownElem where a size it reads is not known)
+// and dimensions.
 type intConst struct {
 	v, dims []int64
 	bool    bool
 }
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (k intConst) complete() bool { return !slices.ContainsFunc(k.v, isUnknownElem) }
 
 // foldOp computes n on constant int64 inputs (Shape reads its input's
 // static shape instead); done is false for anything else.
@@ -107,10 +130,15 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 	switch n.Op {
 	case "Shape":
 		x := g.Info(n.Input(0))
-		if !x.Static() {
+		if !x.Known {
 			return out, false
 		}
 		s := slices.Clone(x.Shape)
+		for i, d := range s {
+			if d < 0 { // known only at run time: the symbol of its dimension
+				s[i] = g.symbol(g.root(n.Input(0), i))
+			}
+		}
 		start, end := n.Int("start", 0), n.Int("end", int64(len(s)))
 		r := int64(len(s))
 		if start < 0 {
@@ -132,6 +160,9 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 			return out, false
 		}
 		var v []int64
+		if !in[1].complete() {
+			return out, false
+		}
 		for _, ix := range in[1].v {
 			if ix < 0 {
 				ix += int64(len(in[0].v))
@@ -162,7 +193,7 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 			v = append(v, k.v...)
 		}
 		return intConst{v: v, dims: []int64{int64(len(v))}}, true
-	case "Add", "Sub", "Mul", "Div", "Equal":
+	case "Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Equal", "Less", "Greater":
 		if len(in) != 2 || !scalarOrVec(in[0]) || !scalarOrVec(in[1]) || in[0].bool || in[1].bool {
 			return out, false
 		}
@@ -172,8 +203,16 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 			return out, false
 		}
 		v := make([]int64, size)
+		cmp := n.Op == "Equal" || n.Op == "Less" || n.Op == "Greater"
 		for k := range v {
 			x, y := a.v[min(k, len(a.v)-1)], b.v[min(k, len(b.v)-1)]
+			if isUnknownElem(x) || isUnknownElem(y) {
+				if cmp {
+					return out, false // a comparison of sizes not known
+				}
+				v[k] = unknownElem
+				continue
+			}
 			switch n.Op {
 			case "Add":
 				v[k] = x + y
@@ -186,18 +225,34 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 					return out, false
 				}
 				v[k] = x / y // ONNX integer division truncates, as Go's
+			case "Mod":
+				if y == 0 || n.Int("fmod", 0) != 0 {
+					return out, false
+				}
+				v[k] = x % y
+				if v[k] != 0 && (v[k] < 0) != (y < 0) {
+					v[k] += y // integer Mod takes the divisor's sign, as Python's %
+				}
+			case "Max":
+				v[k] = max(x, y)
+			case "Min":
+				v[k] = min(x, y)
 			case "Equal":
-				v[k] = map[bool]int64{false: 0, true: 1}[x == y]
+				v[k] = boolInt(x == y)
+			case "Less":
+				v[k] = boolInt(x < y)
+			case "Greater":
+				v[k] = boolInt(x > y)
 			}
 		}
 		dims := a.dims
 		if len(b.dims) > len(dims) || len(b.v) > len(a.v) {
 			dims = b.dims
 		}
-		return intConst{v: v, dims: slices.Clone(dims), bool: n.Op == "Equal"}, true
+		return intConst{v: v, dims: slices.Clone(dims), bool: cmp}, true
 	case "Where":
 		c, a, b := in[0], in[1], in[2]
-		if !c.bool || a.bool || b.bool || len(c.dims) > 1 || len(a.dims) > 1 || len(b.dims) > 1 {
+		if !c.complete() || !c.bool || a.bool || b.bool || len(c.dims) > 1 || len(a.dims) > 1 || len(b.dims) > 1 {
 			return out, false
 		}
 		size := max(len(c.v), len(a.v), len(b.v))
@@ -216,13 +271,34 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 		}
 		return intConst{v: v, dims: []int64{int64(size)}}, true
 	case "Reshape":
-		// A vector or scalar to a vector (shape [-1] or [k]).
-		if len(in) != 2 || in[0].bool || len(in[0].dims) > 1 || len(in[1].v) != 1 || in[1].v[0] != -1 && in[1].v[0] != int64(len(in[0].v)) {
+		if len(in) != 2 || len(in[1].dims) != 1 || !in[1].complete() || n.Int("allowzero", 0) != 0 {
 			return out, false
 		}
-		return intConst{v: in[0].v, dims: []int64{int64(len(in[0].v))}}, true
+		dims := slices.Clone(in[1].v)
+		infer, size := -1, int64(1)
+		for i, d := range dims {
+			switch {
+			case d == 0 && i < len(in[0].dims):
+				dims[i] = in[0].dims[i]
+			case d == -1 && infer < 0:
+				infer = i
+				continue
+			case d < 0:
+				return out, false
+			}
+			size *= dims[i]
+		}
+		if infer >= 0 {
+			if size == 0 || int64(len(in[0].v))%size != 0 {
+				return out, false
+			}
+			dims[infer] = int64(len(in[0].v)) / size
+		} else if size != int64(len(in[0].v)) {
+			return out, false
+		}
+		return intConst{v: in[0].v, dims: dims, bool: in[0].bool}, true
 	case "ConstantOfShape":
-		if len(in) != 1 || len(in[0].dims) != 1 || len(in[0].v) != 1 || in[0].v[0] > 64 || in[0].v[0] < 0 {
+		if len(in) != 1 || len(in[0].dims) != 1 || len(in[0].v) != 1 || in[0].v[0] > 64 || in[0].v[0] < 0 { // an unknown length is negative
 			return out, false
 		}
 		fill := int64(0)
@@ -249,26 +325,115 @@ func foldOp(g *Graph, n *Node, in []intConst) (out intConst, done bool) {
 			return in[0], true
 		}
 	case "Slice":
-		if len(in) < 3 || len(in[0].dims) != 1 || len(in[1].v) != 1 || len(in[2].v) != 1 {
+		return foldSlice(in)
+	case "Transpose":
+		if len(in[0].dims) != 2 {
 			return out, false
 		}
-		if len(in) > 3 && (len(in[3].v) != 1 || in[3].v[0] != 0) || len(in) > 4 && (len(in[4].v) != 1 || in[4].v[0] != 1) {
+		if p := n.Ints("perm"); p != nil && !slices.Equal(p, []int64{1, 0}) {
 			return out, false
 		}
-		r := int64(len(in[0].v))
-		s, e := in[1].v[0], in[2].v[0]
-		if s < 0 {
-			s += r
+		r, c := in[0].dims[0], in[0].dims[1]
+		v := make([]int64, 0, len(in[0].v))
+		for j := range c {
+			for i := range r {
+				v = append(v, in[0].v[i*c+j])
+			}
 		}
-		if e < 0 {
-			e += r
-		}
-		s, e = min(max(s, 0), r), min(max(e, 0), r)
-		if s > e {
-			s = e
-		}
-		v := slices.Clone(in[0].v[s:e])
-		return intConst{v: v, dims: []int64{int64(len(v))}}, true
+		return intConst{v: v, dims: []int64{c, r}, bool: in[0].bool}, true
 	}
 	return out, false
 }
+
+// foldSlice slices a small constant or partial tensor: ONNX Slice with
+// constant starts, ends, axes and steps (negative steps included, as
+// exporters reverse pad lists with them).
+func foldSlice(in []intConst) (intConst, bool) {
+	if len(in) < 3 || len(in) > 5 || len(in[0].v) > foldLimit {
+		return intConst{}, false
+	}
+	x := in[0]
+	r := len(x.dims)
+	starts, ends := in[1].v, in[2].v
+	axes := make([]int64, len(starts))
+	for i := range axes {
+		axes[i] = int64(i)
+	}
+	steps := slices.Repeat([]int64{1}, len(starts))
+	if len(in) > 3 {
+		axes = in[3].v
+	}
+	if len(in) > 4 {
+		steps = in[4].v
+	}
+	if len(ends) != len(starts) || len(axes) != len(starts) || len(steps) != len(starts) {
+		return intConst{}, false
+	}
+	for _, k := range in[1:] {
+		if !k.complete() {
+			return intConst{}, false
+		}
+	}
+	// The indices each axis keeps.
+	keep := make([][]int64, r)
+	for a := range keep {
+		keep[a] = make([]int64, x.dims[a])
+		for i := range keep[a] {
+			keep[a][i] = int64(i)
+		}
+	}
+	for i, ax := range axes {
+		if ax < 0 {
+			ax += int64(r)
+		}
+		if ax < 0 || ax >= int64(r) || steps[i] == 0 {
+			return intConst{}, false
+		}
+		d := x.dims[ax]
+		s, e, step := starts[i], ends[i], steps[i]
+		if s < 0 {
+			s += d
+		}
+		if e < 0 {
+			e += d
+		}
+		var idx []int64
+		if step > 0 {
+			s, e = min(max(s, 0), d), min(max(e, 0), d)
+			for k := s; k < e; k += step {
+				idx = append(idx, k)
+			}
+		} else {
+			s, e = min(max(s, 0), d-1), min(max(e, -1), d-1)
+			for k := s; k > e; k += step {
+				idx = append(idx, k)
+			}
+		}
+		keep[ax] = idx
+	}
+	// Gather the kept elements in row-major order.
+	dims := make([]int64, r)
+	for a := range keep {
+		dims[a] = int64(len(keep[a]))
+	}
+	var v []int64
+	pos := make([]int, r)
+	for n := prod(dims); n > 0; n-- {
+		off := int64(0)
+		for a := range r {
+			off = off*x.dims[a] + keep[a][pos[a]]
+		}
+		v = append(v, x.v[off])
+		for a := r - 1; a >= 0; a-- {
+			if pos[a]++; pos[a] < len(keep[a]) {
+				break
+			}
+			pos[a] = 0
+		}
+	}
+	return intConst{v: v, dims: dims, bool: x.bool}, true
+}
+
+// foldLimit bounds the tensors folding computes on: shape arithmetic is
+// small, and a large integer initializer is data, not a shape.
+const foldLimit = 4096

@@ -197,9 +197,12 @@ type Graph struct {
 	// dimension has none; kept so written graphs keep them.
 	Dims map[string][]string
 
-	names   map[string]bool // every value and node name in use
-	seq     int
-	shapeOf map[string]string // outputs of whole-tensor Shape nodes -> their input
+	names    map[string]bool // every value and node name in use
+	seq      int
+	shapeOf  map[string]string   // outputs of whole-tensor Shape nodes -> their input
+	partial  map[string][]int64  // shape vectors FoldShapes knows in part (unknownElem or symbols for the rest)
+	dimRoots map[string][]dimRef // unknown dimensions FoldShapes traced to earlier ones (dimroots.go)
+	dimSyms  []dimRef            // the dimensions partial values' symbols stand for
 }
 
 // New returns an empty graph at the given opset.
@@ -448,6 +451,13 @@ func (g *Graph) Clone() *Graph {
 		c.names[k] = true
 	}
 	c.seq = g.seq
+	if g.partial != nil {
+		c.partial = maps.Clone(g.partial)
+	}
+	if g.dimRoots != nil {
+		c.dimRoots = maps.Clone(g.dimRoots)
+	}
+	c.dimSyms = slices.Clone(g.dimSyms)
 	if g.shapeOf != nil {
 		c.shapeOf = maps.Clone(g.shapeOf)
 	}
@@ -487,6 +497,17 @@ func (g *Graph) ConstInts(name string) ([]int64, bool) {
 	}
 	v, err := IntData(t)
 	return v, err == nil
+}
+
+// shapeVector returns a shape operand's elements: a constant's, or a
+// partial value's with -1 where an element is not known; partial says
+// which. Rules that take a target shape read it.
+func (g *Graph) shapeVector(name string) (v []int64, partial, ok bool) {
+	if v, ok := g.ConstInts(name); ok {
+		return v, false, true
+	}
+	p, ok := g.partial[name]
+	return p, ok, ok
 }
 
 // AddOutput gives n one more output named from base, and infers the facts

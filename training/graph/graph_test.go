@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -29,6 +30,54 @@ func TestRunFirst(t *testing.T) {
 	}
 	if err := g.Sort(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFoldShapesThroughTheBatch: with the batch size free, what exporters
+// compute from other sizes still folds, and a reshape whose target reads
+// the batch from one tensor and reshapes another resolves its -1 when the
+// two batches are provably the same dimension (a channel shuffle), and
+// only then.
+func TestFoldShapesThroughTheBatch(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 8, 2, 2}})
+	g.AddInput("z", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 3}})
+	b := NewBuilder(g, "")
+	dim := func(v string, i int64) string {
+		return b.Op("Gather", []string{b.Shape(v), b.Const(Int64s("", nil, []int64{i}))}, AInt("axis", 0))
+	}
+	cat := func(parts ...string) string { return b.Op("Concat", parts, AInt("axis", 0)) }
+	n := b.Unsqueeze(dim("x", 0), 0)
+	groups := b.Unsqueeze(b.Op("Div", []string{dim("x", 1), b.Const(Int64s("", nil, []int64{2}))}), 0)
+	r := b.Op("Relu", []string{"x"})
+	split := b.Reshape(r, cat(n, b.Ints(2), groups, b.Ints(2, 2)))
+	shuffled := b.Reshape(b.Transpose(split, 0, 2, 1, 3, 4), cat(n, b.Ints(-1, 2, 2)))
+	other := b.Reshape("x", cat(b.Unsqueeze(dim("z", 0), 0), b.Ints(-1)))
+	// (4 - W % 4) % 4, the padding to a multiple of 4 a window partition
+	// computes, is known although the batch is not.
+	four := b.Const(Int64s("", nil, []int64{4}))
+	pad := b.Op("Mod", []string{b.Op("Sub", []string{four, b.Op("Mod", []string{dim("x", 3), four})}), four})
+	// Pads reversed pairwise by a negative-step Slice, as torch exports F.pad.
+	pairs := b.Reshape(b.Ints(0, 1, 2, 3), b.Ints(-1, 2))
+	rev := b.Slice(pairs, []int64{-1}, []int64{math.MinInt64 + 1}, []int64{0}, []int64{-1})
+	pads := b.Reshape(b.Transpose(rev, 1, 0), b.Ints(-1))
+	g.Outputs = []string{shuffled, other, pad, pads}
+	g.FoldShapes()
+
+	if info := g.Info(split); !slices.Equal(info.Shape, []int64{-1, 2, 4, 2, 2}) {
+		t.Errorf("split into groups: %v, want [? 2 4 2 2]", info)
+	}
+	if info := g.Info(shuffled); !slices.Equal(info.Shape, []int64{-1, 8, 2, 2}) {
+		t.Errorf("shuffled back: %v, want [? 8 2 2]", info)
+	}
+	if info := g.Info(other); !slices.Equal(info.Shape, []int64{-1, -1}) {
+		t.Errorf("reshaped by another input's batch: %v, want [? ?] (nothing ties the two batches)", info)
+	}
+	if v, ok := g.ConstInts(pad); !ok || !slices.Equal(v, []int64{2}) {
+		t.Errorf("padding %v (constant %v), want 2", v, ok)
+	}
+	if v, ok := g.ConstInts(pads); !ok || !slices.Equal(v, []int64{2, 0, 3, 1}) {
+		t.Errorf("reversed pads %v (constant %v), want [2 0 3 1]", v, ok)
 	}
 }
 

@@ -155,8 +155,8 @@ func inferReshape(c *inferCtx) {
 		c.unknown(x.DType)
 		return
 	}
-	target, ok := g.ConstInts(n.Input(1))
-	if src, isShape := g.shapeOf[n.Input(1)]; !ok && isShape && g.Infos[src].Known {
+	target, partial, ok := g.shapeVector(n.Input(1))
+	if src, isShape := g.shapeOf[n.Input(1)]; (!ok || partial) && isShape && g.Infos[src].Known {
 		// Reshape(y, Shape(x)), as exporters write "view as x": x's
 		// facts, symbolic dimensions included.
 		c.shaped(x.DType, slices.Clone(g.Infos[src].Shape))
@@ -177,7 +177,7 @@ func inferReshape(c *inferCtx) {
 			inferred++
 		}
 	}
-	if len(target) > maxRank || inferred > 1 || slices.ContainsFunc(target, func(d int64) bool { return d < -1 }) {
+	if len(target) > maxRank || inferred > 1 || slices.ContainsFunc(target, func(d int64) bool { return d < -1 && !isUnknownElem(d) }) {
 		c.unknown(x.DType)
 		return
 	}
@@ -186,6 +186,8 @@ func inferReshape(c *inferCtx) {
 	neg := -1
 	for i, d := range s {
 		switch {
+		case isUnknownElem(d): // a size known only at run time
+			s[i] = -1
 		case d == 0 && !allowZero:
 			if x.Known && i < len(x.Shape) {
 				s[i] = x.Shape[i]
@@ -204,23 +206,10 @@ func inferReshape(c *inferCtx) {
 			if tot >= 0 {
 				s[neg] = tot / known
 			}
-		} else if x.Known && !allowZero {
-			// Unknown dimensions of x all copied by 0s (the batch in
-			// Reshape(x, [0, groups, -1])) cancel out.
-			var rest, div []int64
-			for i, d := range x.Shape {
-				if i >= len(target) || target[i] != 0 {
-					rest = append(rest, d)
-				}
-			}
-			for i, d := range target {
-				if d > 0 && i != neg {
-					div = append(div, d)
-				}
-			}
-			if r, d := prod(rest), prod(div); r > 0 && d > 0 && r%d == 0 {
-				s[neg] = r / d
-			}
+		} else if d, ok := g.reshapeInferred(n.Input(0), x, target, neg, allowZero); ok {
+			// Unknown dimensions of x copied by 0s or named by the
+			// target (Reshape(x, [batch, groups, -1])) cancel out.
+			s[neg] = d
 		}
 	}
 	c.shaped(x.DType, s)
@@ -413,7 +402,21 @@ func inferSqueeze(c *inferCtx) {
 
 func inferExpand(c *inferCtx) {
 	x := c.x
-	target, ok := c.g.ConstInts(c.n.Input(1))
+	target, partial, ok := c.g.shapeVector(c.n.Input(1))
+	if partial {
+		// An unknown element broadcasts to x's size where that is not 1.
+		target = slices.Clone(target)
+		off := len(target) - len(x.Shape)
+		for i, d := range target {
+			if !isUnknownElem(d) {
+				continue
+			}
+			target[i] = -1
+			if x.Known && i >= off && x.Shape[i-off] > 1 {
+				target[i] = x.Shape[i-off]
+			}
+		}
+	}
 	if !ok {
 		if r, ok := declaredRank(c.in(1)); ok && x.Known && r >= int64(len(x.Shape)) {
 			c.shaped(x.DType, unknownDims(r))
@@ -434,7 +437,15 @@ func inferConstantOfShape(c *inferCtx) {
 	if a := c.n.Attr("value"); a != nil && a.GetT() != nil {
 		dt = dtype.DType(a.GetT().GetDataType())
 	}
-	if s, ok := c.g.ConstInts(c.n.Input(0)); ok {
+	if s, partial, ok := c.g.shapeVector(c.n.Input(0)); ok {
+		if partial {
+			s = slices.Clone(s)
+			for i, d := range s {
+				if isUnknownElem(d) {
+					s[i] = -1
+				}
+			}
+		}
 		c.shaped(dt, s)
 	} else if r, ok := declaredRank(c.x); ok {
 		c.shaped(dt, unknownDims(r))

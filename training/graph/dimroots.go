@@ -1,0 +1,220 @@
+package graph
+
+import (
+	"math"
+	"slices"
+)
+
+// Sizes not known before the run (the batch) still have an identity: the
+// batch of a block's output is the batch of its input. FoldShapes follows
+// it through the ops that keep a dimension as it is, so that a reshape
+// whose target reads the batch from one tensor and reshapes another (a
+// channel shuffle's view(batch, -1, h, w)) still resolves its -1.
+
+// dimRef names dimension axis of a value.
+type dimRef struct {
+	value string
+	axis  int
+}
+
+// Partial shape values hold, for an element not known, either
+// unknownElem (a size computed from unknown sizes) or a symbol: the root
+// of the dimension it was read from, encoded as symbolBase+index into
+// Graph.dimSyms. Both lie in a window far from every special value
+// exporters write (INT64_MIN, INT64_MIN+1 and INT64_MAX as slice bounds),
+// where no shape arithmetic lands.
+const (
+	unknownElem = math.MinInt64 / 2
+	symbolBase  = unknownElem + 1
+	symbolLimit = symbolBase + 1<<32
+)
+
+// isUnknownElem reports whether a partial value's element is not known.
+func isUnknownElem(v int64) bool { return v >= unknownElem && v < symbolLimit }
+
+// root returns the dimension that dimension axis of value is known to
+// equal: itself unless FoldShapes traced it to an earlier one.
+func (g *Graph) root(value string, axis int) dimRef {
+	if r := g.dimRoots[value]; axis < len(r) && r[axis].value != "" {
+		return r[axis]
+	}
+	return dimRef{value, axis}
+}
+
+// symbol encodes dimension d of a Shape's input as a partial element.
+func (g *Graph) symbol(d dimRef) int64 {
+	if i := slices.Index(g.dimSyms, d); i >= 0 {
+		return symbolBase + int64(i)
+	}
+	if len(g.dimSyms) >= symbolLimit-symbolBase {
+		return unknownElem
+	}
+	g.dimSyms = append(g.dimSyms, d)
+	return symbolBase + int64(len(g.dimSyms)-1)
+}
+
+// symbolRoot returns the dimension a partial element stands for; ok is
+// false for an element computed from unknown sizes.
+func (g *Graph) symbolRoot(v int64) (dimRef, bool) {
+	i := v - symbolBase
+	if !isUnknownElem(v) || i < 0 || i >= int64(len(g.dimSyms)) {
+		return dimRef{}, false
+	}
+	return g.dimSyms[i], true
+}
+
+// sameDimOps keep every dimension of their first input.
+var sameDimOps = func() map[string]bool {
+	m := map[string]bool{}
+	for _, op := range []string{"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Identity",
+		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Clip", "BatchNormalization",
+		"LayerNormalization", "Softplus", "Gelu", "InstanceNormalization", "GroupNormalization", "Dropout",
+		"HardSigmoid", "HardSwish", "Mish", "Selu", "Celu", "PRelu", "Cast", "CastLike", "StopGradient", "TrainingOnly"} {
+		m[op] = true
+	}
+	return m
+}()
+
+// traceDims records, for each unknown dimension of n's first output, the
+// earlier dimension it equals, where n's op makes that certain.
+func (g *Graph) traceDims(n *Node) {
+	out := n.Output(0)
+	oi := g.Infos[out]
+	if out == "" || !oi.Known || !slices.Contains(oi.Shape, -1) {
+		return
+	}
+	xi := g.Infos[n.Input(0)]
+	roots := make([]dimRef, len(oi.Shape))
+	from := func(a int, in string, axis int) {
+		if i := g.Infos[in]; i.Known && axis >= 0 && axis < len(i.Shape) && i.Shape[axis] < 0 {
+			roots[a] = g.root(in, axis)
+		}
+	}
+	for a, d := range oi.Shape {
+		if d >= 0 {
+			continue
+		}
+		switch {
+		case sameDimOps[n.Op] && xi.Rank() == len(oi.Shape):
+			from(a, n.Input(0), a)
+		case n.Op == "Transpose" && xi.Rank() == len(oi.Shape):
+			perm := n.Ints("perm")
+			if perm == nil {
+				from(a, n.Input(0), len(oi.Shape)-1-a)
+			} else if isPerm(perm, len(oi.Shape)) {
+				from(a, n.Input(0), int(perm[a]))
+			}
+		case a == 0 && (n.Op == "Conv" || n.Op == "ConvTranspose" || n.Op == "MaxPool" || n.Op == "AveragePool" ||
+			n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool" || n.Op == "Flatten" || n.Op == "Gemm" && n.Int("transA", 0) == 0):
+			from(a, n.Input(0), 0)
+		case n.Op == "MatMul" && xi.Rank() == len(oi.Shape) && a < len(oi.Shape)-1 && g.Infos[n.Input(1)].Rank() == 2:
+			from(a, n.Input(0), a)
+		case n.Op == "Concat" || n.Op == "Split":
+			if ax, ok := normAxis(n.Int("axis", 0), len(oi.Shape)); ok && int(ax) != a && xi.Rank() == len(oi.Shape) {
+				from(a, n.Input(0), a)
+			}
+		case n.Op == "Add" || n.Op == "Sub" || n.Op == "Mul" || n.Op == "Div" || n.Op == "Pow":
+			g.broadcastRoot(n, roots, a)
+		case n.Op == "Reshape":
+			if t, _, ok := g.shapeVector(n.Input(1)); ok && len(t) == len(oi.Shape) {
+				if r, ok := g.symbolRoot(t[a]); ok {
+					roots[a] = r
+				} else if t[a] == 0 && n.Int("allowzero", 0) == 0 {
+					from(a, n.Input(0), a)
+				}
+			}
+		}
+	}
+	if slices.ContainsFunc(roots, func(r dimRef) bool { return r.value != "" }) {
+		if g.dimRoots == nil {
+			g.dimRoots = map[string][]dimRef{}
+		}
+		g.dimRoots[out] = roots
+	}
+	// Split's other outputs share every dimension but the split one.
+	if n.Op == "Split" {
+		for _, o := range n.Outputs[1:] {
+			if i := g.Infos[o]; i.Known && len(i.Shape) == len(roots) && g.dimRoots[out] != nil {
+				g.dimRoots[o] = roots
+			}
+		}
+	}
+}
+
+// broadcastRoot traces dimension a of an elementwise op's output: it is
+// the inputs' unknown dimension there when every input with an unknown
+// size at a has the same root and every other input has size 1 (or no
+// such axis).
+func (g *Graph) broadcastRoot(n *Node, roots []dimRef, a int) {
+	r := len(roots)
+	var found dimRef
+	for _, in := range n.Inputs {
+		i := g.Infos[in]
+		if !i.Known {
+			return
+		}
+		ax := a - (r - len(i.Shape))
+		switch {
+		case ax < 0 || i.Shape[ax] == 1:
+		case i.Shape[ax] < 0:
+			d := g.root(in, ax)
+			if found.value != "" && found != d {
+				return
+			}
+			found = d
+		default:
+			return
+		}
+	}
+	roots[a] = found
+}
+
+// reshapeInferred resolves a Reshape's -1 from partial knowledge: the
+// elements of x (sizes) divided by the other elements of target (sizes,
+// 0s copying x's, and symbols for unknown dimensions), when the unknown
+// dimensions on both sides are the same ones and cancel.
+func (g *Graph) reshapeInferred(xv string, x Info, target []int64, neg int, allowZero bool) (int64, bool) {
+	if !x.Known {
+		return 0, false
+	}
+	num, den := int64(1), int64(1)
+	var ck checked
+	var left, right []dimRef
+	for i, d := range x.Shape {
+		if d < 0 {
+			left = append(left, g.root(xv, i))
+		} else {
+			num = ck.mul(num, d)
+		}
+	}
+	for i, d := range target {
+		switch {
+		case i == neg:
+		case d > 0:
+			den = ck.mul(den, d)
+		case d == 0 && !allowZero && i < len(x.Shape):
+			if x.Shape[i] < 0 {
+				right = append(right, g.root(xv, i))
+			} else {
+				den = ck.mul(den, x.Shape[i])
+			}
+		default:
+			r, ok := g.symbolRoot(d)
+			if !ok {
+				return 0, false
+			}
+			right = append(right, r)
+		}
+	}
+	if ck.over || den <= 0 || num%den != 0 || len(left) != len(right) {
+		return 0, false
+	}
+	for _, r := range left {
+		i := slices.Index(right, r)
+		if i < 0 {
+			return 0, false
+		}
+		right = slices.Delete(right, i, i+1)
+	}
+	return num / den, true
+}
