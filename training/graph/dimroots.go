@@ -63,6 +63,12 @@ func (g *Graph) symbolRoot(v int64) (dimRef, bool) {
 	return g.dimSyms[i], true
 }
 
+// symbolIs reports whether a partial element stands for dimension d.
+func (g *Graph) symbolIs(v int64, d dimRef) bool {
+	r, ok := g.symbolRoot(v)
+	return ok && r == d
+}
+
 // sameDimOps keep every dimension of their first input.
 var sameDimOps = func() map[string]bool {
 	m := map[string]bool{}
@@ -115,6 +121,12 @@ func (g *Graph) traceDims(n *Node) {
 			}
 		case n.Op == "Add" || n.Op == "Sub" || n.Op == "Mul" || n.Op == "Div" || n.Op == "Pow":
 			g.broadcastRoot(n, roots, a)
+		case n.Op == "Resize" && n.Input(3) != "":
+			if t, _, ok := g.shapeVector(n.Input(3)); ok && len(t) == len(oi.Shape) && len(n.Ints("axes")) == 0 {
+				if r, ok := g.symbolRoot(t[a]); ok {
+					roots[a] = r
+				}
+			}
 		case n.Op == "Reshape":
 			if t, _, ok := g.shapeVector(n.Input(1)); ok && len(t) == len(oi.Shape) {
 				if r, ok := g.symbolRoot(t[a]); ok {

@@ -57,6 +57,12 @@ func (g *Graph) FoldShapes() int {
 		if n.Domain != "" || len(n.Outputs) != 1 {
 			continue
 		}
+		if c, ok := foldFloatConcat(g, n); ok {
+			g.Nodes[i] = c
+			g.infer(c)
+			folded++
+			continue
+		}
 		var in []intConst
 		ok := true
 		for j, name := range n.Inputs {
@@ -437,3 +443,37 @@ func foldSlice(in []intConst) (intConst, bool) {
 // foldLimit bounds the tensors folding computes on: shape arithmetic is
 // small, and a large integer initializer is data, not a shape.
 const foldLimit = 4096
+
+// foldFloatConcat folds a Concat of small constant vectors of another
+// type than int64 (Resize's scales, exported as [1, 1] then [2, 2]).
+func foldFloatConcat(g *Graph, n *Node) (*Node, bool) {
+	if n.Op != "Concat" || len(n.Inputs) == 0 {
+		return nil, false
+	}
+	var raw []byte
+	var dt dtype.DType
+	for k, name := range n.Inputs {
+		t, ok := g.Const(name)
+		if !ok || len(t.GetDims()) != 1 {
+			return nil, false
+		}
+		d := dtype.DType(t.GetDataType())
+		if k == 0 {
+			dt = d
+		}
+		if d != dt || d == dtype.Int64 || d == dtype.Bool {
+			return nil, false // integers fold with the shape arithmetic
+		}
+		b, err := RawBytes(t)
+		if err != nil || len(raw)+len(b) > foldLimit {
+			return nil, false
+		}
+		raw = append(raw, b...)
+	}
+	size := int64(dt.Size())
+	if size == 0 || int64(len(raw))%size != 0 {
+		return nil, false
+	}
+	t := Raw("", dt, []int64{int64(len(raw)) / size}, raw)
+	return &Node{Op: "Constant", Name: n.Name, Outputs: n.Outputs, Attrs: []*Attr{ATensor("value", t)}}, true
+}

@@ -191,6 +191,9 @@ type Graph struct {
 	InitOrder    []string
 	// Infos holds the type and shape facts known for values.
 	Infos map[string]Info
+	// Metadata is the model file's metadata_props (the exporter's notes,
+	// such as which initializers are PyTorch buffers).
+	Metadata map[string]string
 	// Dims holds symbolic dimension names of graph inputs and outputs, and
 	// of intermediate values whose dimensions ortrain names for ONNX
 	// Runtime's planner (written as value_info), per value, "" where a
@@ -437,6 +440,7 @@ func (g *Graph) Clone() *Graph {
 	}
 	c.Inputs = slices.Clone(g.Inputs)
 	c.Outputs = slices.Clone(g.Outputs)
+	c.Metadata = maps.Clone(g.Metadata)
 	for k, v := range g.Initializers {
 		c.Initializers[k] = v // tensors are not mutated in place
 	}

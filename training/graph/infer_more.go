@@ -28,9 +28,16 @@ func inferResize(c *inferCtx) {
 			axes = append(axes, int64(i))
 		}
 	}
-	if sizes, ok := g.ConstInts(n.Input(3)); ok && n.Input(3) != "" && len(sizes) == len(axes) {
+	if sizes, partial, ok := g.shapeVector(n.Input(3)); ok && n.Input(3) != "" && len(sizes) == len(axes) {
 		for i, a := range axes {
-			s[a] = sizes[i]
+			switch {
+			case !partial || !isUnknownElem(sizes[i]):
+				s[a] = sizes[i]
+			case s[a] < 0 && g.symbolIs(sizes[i], g.root(n.Input(0), int(a))):
+				// interpolate(x, size=...) keeps x's batch and channels
+			default:
+				s[a] = -1
+			}
 		}
 	} else if t, ok := g.Const(n.Input(2)); ok && n.Input(2) != "" {
 		sc, err := FloatData(t)

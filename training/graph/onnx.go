@@ -47,6 +47,12 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 	gp := m.GetGraph()
 	g := New(gp.GetName(), opset)
 	g.Domains = domains
+	for _, kv := range m.GetMetadataProps() {
+		if g.Metadata == nil {
+			g.Metadata = map[string]string{}
+		}
+		g.Metadata[kv.GetKey()] = kv.GetValue()
+	}
 	for _, t := range gp.GetInitializer() {
 		if _, err := checkTensor(t); err != nil {
 			return nil, err
