@@ -15,14 +15,14 @@ net (LeakyReLU 0.2, GroupNorm, Hardswish, ELU) whose loss, F.cross_entropy,
 is inside the export, as the model's "loss" output. zoo:NAME is one of
 torchvision's architectures at a small size (see zoo), exported without a
 loss and with its batch size free, or a model with its own inputs and loss
-(zoo_task: a torch.nn transformer LM, a 2-D U-Net, LR-ASPP segmentation).
+(zoo_task: a torch.nn transformer LM, LSTM/GRU/RNN LMs, a 2-D U-Net, LR-ASPP
+segmentation).
 
 OUT_DIR gets model.onnx and reference.safetensors (tensors "images",
 "target", "loss" and "grad.<param>" for each parameter).
 """
 
 import argparse
-import copy
 import json
 import os
 import struct
@@ -127,6 +127,58 @@ class UNet2D(torch.nn.Module):
         return self.out(torch.cat([a, self.up(self.d2(a))], 1))
 
 
+class RecurrentLM(torch.nn.Module):
+    """An embedding, a torch.nn recurrent layer (LSTM, GRU or RNN; batch
+    first) and a linear head over the vocabulary."""
+
+    def __init__(self, kind, vocab=50, width=16, **kw):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, width)
+        self.rnn = getattr(torch.nn, kind)(width, width, batch_first=True, **kw)
+        self.fc = torch.nn.Linear(width * (2 if kw.get("bidirectional") else 1), vocab)
+
+    def forward(self, tokens):
+        h, _ = self.rnn(self.emb(tokens))
+        return self.fc(h)
+
+
+class Volume3D(torch.nn.Module):
+    """3-D pieces medical models use: GroupNorm, SiLU, a strided Conv3d, a
+    ConvTranspose3d, InstanceNorm3d and a trilinear upsample, regressed to a
+    target volume."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3, padding=1), torch.nn.GroupNorm(4, 8), torch.nn.SiLU(),
+                                       torch.nn.Conv3d(8, 8, 3, stride=2, padding=1))
+        self.up = torch.nn.ConvTranspose3d(8, 4, 2, stride=2)
+        self.norm = torch.nn.InstanceNorm3d(4, affine=True)
+        self.down = torch.nn.Conv3d(4, 4, 2, stride=2)
+        self.out = torch.nn.Conv3d(4, 1, 1)
+
+    def forward(self, x):
+        h = self.norm(self.up(self.enc(x)))
+        h = F.interpolate(self.down(h), scale_factor=2, mode="trilinear", align_corners=False)
+        return self.out(F.leaky_relu(h, 0.2))
+
+
+class PaddedAttention(torch.nn.Module):
+    """Token classification over padded sequences: an embedding with a
+    padding index, torch.nn.MultiheadAttention with a key padding mask, a
+    weight-normalised head, cross-entropy ignoring the padding."""
+
+    def __init__(self, vocab=40, width=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, width, padding_idx=0)
+        self.attn = torch.nn.MultiheadAttention(width, 2, batch_first=True)
+        self.head = torch.nn.utils.weight_norm(torch.nn.Linear(width, vocab))
+
+    def forward(self, tokens):
+        h = self.emb(tokens)
+        a, _ = self.attn(h, h, h, key_padding_mask=tokens == 0, need_weights=False)
+        return self.head(h + a)
+
+
 def zoo_task(name, a):
     """A zoo model with its inputs, targets and loss: (model, inputs,
     targets, loss). Classifiers are exported without the loss (ortrain adds
@@ -136,6 +188,21 @@ def zoo_task(name, a):
         tok = lambda: torch.randint(0, 100, (a.batch, 16))  # noqa: E731
         return (TinyGPT(), {"tokens": tok()}, {"targets": tok()},
                 lambda out, t: F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1)))
+    recurrent = {"lstm": ("LSTM", {"num_layers": 2, "bidirectional": True}), "gru": ("GRU", {}), "rnn": ("RNN", {})}
+    if name in recurrent:
+        kind, kw = recurrent[name]
+        tok = lambda: torch.randint(0, 50, (a.batch, 12))  # noqa: E731
+        return (RecurrentLM(kind, **kw), {"tokens": tok()}, {"targets": tok()},
+                lambda out, t: F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1)))
+    if name == "volume3d":
+        v = torch.randn(a.batch, 1, 8, 8, 8)
+        return Volume3D(), {"images": v}, {"target": torch.randn(a.batch, 1, 8, 8, 8)}, lambda out, t: ((out - t) ** 2).mean()
+    if name == "padded_attention":
+        tokens = torch.randint(1, 40, (a.batch, 10))
+        tokens[:, 7:] = 0  # padding at the end of every sequence
+        tokens[0, 4:] = 0
+        return (PaddedAttention(), {"tokens": tokens}, {"targets": tokens.clone()},
+                lambda out, t: F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1), ignore_index=0))
     masks = {"masks": torch.randint(0, a.classes, (a.batch, a.size, a.size))}
     if name == "unet2d":
         return UNet2D(a.classes), {"images": x}, masks, F.cross_entropy
@@ -160,7 +227,11 @@ def zoo_step(a, path):
     else:
         ox.export(model, inputs, path, loss=loss, targets=targets)
     model.load_state_dict(state)
-    m64 = copy.deepcopy(model).double().train()
+    # A second instance rather than a deep copy: weight_norm's weight is a
+    # computed tensor, which deepcopy refuses.
+    m64 = zoo_task(a.model[4:], a)[0]
+    m64.load_state_dict(state)
+    m64.double().train()
     as64 = lambda v: v.double() if v.is_floating_point() else v  # noqa: E731
     loss(m64(*[as64(v) for v in inputs.values()]), *[as64(v) for v in targets.values()]).backward()
     model.train()
@@ -217,8 +288,8 @@ def main():
     p.add_argument("out")
     p.add_argument("--model", default="resnet18",
                    help="resnet18, patchnet, vit, unet3d, or zoo:NAME (shufflenet, swin, vit, maxvit, convnext, "
-                        "mobilenet_v3, efficientnet, regnet, densenet, googlenet, squeezenet; with their own loss: gpt, unet2d, "
-                        "lraspp)")
+                        "mobilenet_v3, efficientnet, regnet, densenet, googlenet, squeezenet; with their own loss: gpt, lstm, gru, "
+                        "rnn, unet2d, lraspp)")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=4)

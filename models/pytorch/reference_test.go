@@ -91,7 +91,7 @@ func TestTorchvisionZooMatchesAutograd(t *testing.T) {
 		size, batch int
 		loss        string
 	}{
-		{"shufflenet", 64, 8, ""}, {"swin", 32, 4, ""}, {"vit", 32, 4, ""}, {"maxvit", 32, 4, ""}, {"convnext", 32, 4, ""},
+		{"shufflenet", 128, 8, ""}, {"swin", 32, 4, ""}, {"vit", 32, 4, ""}, {"maxvit", 32, 4, ""}, {"convnext", 32, 4, ""},
 		{"mobilenet_v3", 64, 8, ""}, {"efficientnet", 64, 8, ""}, {"densenet", 64, 8, ""},
 		{"squeezenet", 64, 8, ""},
 		// With their own loss (the export's "loss" output): a causal
@@ -99,6 +99,14 @@ func TestTorchvisionZooMatchesAutograd(t *testing.T) {
 		// U-Net upsampling by a scale factor, LR-ASPP segmentation
 		// interpolating back to the image's size.
 		{"gpt", 0, 4, "output:loss"}, {"unet2d", 32, 4, "output:loss"}, {"lraspp", 64, 4, "output:loss"},
+		// torch.nn's recurrent layers, unrolled for training: a 2-layer
+		// bidirectional LSTM, a GRU (linear_before_reset), a tanh RNN.
+		{"lstm", 0, 4, "output:loss"}, {"gru", 0, 4, "output:loss"}, {"rnn", 0, 4, "output:loss"},
+		// 3-D pieces (GroupNorm, SiLU, ConvTranspose3d, InstanceNorm3d, a
+		// trilinear upsample); padded sequences (an embedding's
+		// padding_idx, MultiheadAttention's key_padding_mask, weight_norm,
+		// ignore_index).
+		{"volume3d", 0, 2, "output:loss"}, {"padded_attention", 0, 3, "output:loss"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opts := artifacts.Options{Loss: "cross_entropy"}

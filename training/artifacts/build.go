@@ -391,6 +391,9 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	for _, t := range targets {
 		m.Data = append(m.Data, describe(g, t))
 	}
+	if err := autodiff.UnrollRecurrent(g); err != nil {
+		return nil, err
+	}
 	ups, err := autodiff.TrainingBatchNorm(g, optim.Out)
 	if err != nil {
 		return nil, err

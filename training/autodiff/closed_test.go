@@ -111,12 +111,16 @@ func TestOpTable(t *testing.T) {
 		"`ortrain artifacts build` refuses a model in which a trained parameter reaches\n" +
 		"the loss through it (exit 2, the node named). Ops outside the default domain\n" +
 		"(com.microsoft...) are unsupported unless listed. RNN, GRU and LSTM are\n" +
-		"unsupported: export them unrolled, or freeze them.\n\n" +
+		"unrolled into elementary ops before differentiation (`UnrollRecurrent`; the\n" +
+		"sequence length must be fixed), checked against PyTorch autograd in\n" +
+		"`models/pytorch`.\n\n" +
 		"| op | status | checked by |\n| --- | --- | --- |\n")
 	for _, op := range all {
 		switch {
 		case autodiff.Has(op):
 			fmt.Fprintf(&b, "| %s | rule | %s |\n", op, strings.Join(cases[op], ", "))
+		case autodiff.Unrolled(op):
+			fmt.Fprintf(&b, "| %s | unrolled | PyTorch autograd (TestTorchvisionZooMatchesAutograd) |\n", op)
 		case nd[op] != "":
 			fmt.Fprintf(&b, "| %s | non-differentiable | %s |\n", op, nd[op])
 		default:

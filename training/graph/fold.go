@@ -444,8 +444,9 @@ func foldSlice(in []intConst) (intConst, bool) {
 // small, and a large integer initializer is data, not a shape.
 const foldLimit = 4096
 
-// foldFloatConcat folds a Concat of small constant vectors of another
-// type than int64 (Resize's scales, exported as [1, 1] then [2, 2]).
+// foldFloatConcat folds a Concat of small Constant-node vectors of another
+// type than int64 (Resize's scales, exported as [1, 1] then [2, 2]); a
+// Concat of initializers (an RNN's two biases) is left alone, they train.
 func foldFloatConcat(g *Graph, n *Node) (*Node, bool) {
 	if n.Op != "Concat" || len(n.Inputs) == 0 {
 		return nil, false
@@ -453,6 +454,9 @@ func foldFloatConcat(g *Graph, n *Node) (*Node, bool) {
 	var raw []byte
 	var dt dtype.DType
 	for k, name := range n.Inputs {
+		if _, param := g.Initializers[name]; param {
+			return nil, false // floating initializers are parameters, not constants
+		}
 		t, ok := g.Const(name)
 		if !ok || len(t.GetDims()) != 1 {
 			return nil, false

@@ -81,6 +81,30 @@ func TestFoldShapesThroughTheBatch(t *testing.T) {
 	}
 }
 
+// TestFoldShapesKeepsParameters: a Concat of Constant nodes' floats (a
+// Resize's scales) folds, a Concat of initializers (an RNN's two biases,
+// which train) does not.
+func TestFoldShapesKeepsParameters(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInitializer(Float32s("bias_ih", []int64{2}, []float32{1, 2}))
+	g.AddInitializer(Float32s("bias_hh", []int64{2}, []float32{3, 4}))
+	b := NewBuilder(g, "")
+	params := b.Concat(0, "bias_ih", "bias_hh")
+	constant := func(name string, v ...float32) string {
+		g.AddNode(&Node{Op: "Constant", Name: name, Outputs: []string{name}, Attrs: []*Attr{ATensor("value", Float32s("", []int64{int64(len(v))}, v))}})
+		return name
+	}
+	scales := b.Concat(0, constant("roi_scales", 1, 1), constant("hw_scales", 2, 2))
+	g.Outputs = []string{params, scales}
+	g.FoldShapes()
+	if _, ok := g.Const(params); ok {
+		t.Error("the Concat of two initializers was folded into a constant: they would no longer train")
+	}
+	if _, ok := g.Const(scales); !ok {
+		t.Error("the Concat of constant scales was not folded")
+	}
+}
+
 // TestFoldShapes: the shape arithmetic an exporter emits for
 // x.reshape(x.shape[0], -1) folds to a constant when x's size is known,
 // and the Shape node no longer reads x; with the batch free it stays.

@@ -75,6 +75,7 @@ var inferRules = func() map[string]inferRule {
 	add(inferSplit, "Split")
 	add(inferRange, "Range")
 	add(inferArg, "ArgMax", "ArgMin")
+	add(inferRecurrent, "LSTM", "GRU", "RNN")
 	return rules
 }()
 

@@ -269,3 +269,32 @@ func inferGatherND(c *inferCtx) {
 	}
 	c.shaped(x.DType, append(slices.Clone(idx.Shape[:len(idx.Shape)-1]), x.Shape[m:]...))
 }
+
+// inferRecurrent: Y is [seq, directions, batch, hidden] and Y_h, Y_c are
+// [directions, batch, hidden] (layout 1: batch first in both).
+func inferRecurrent(c *inferCtx) {
+	x, r := c.x, c.in(2)
+	h := c.n.Int("hidden_size", -1)
+	if r.Known && r.Rank() == 3 && h < 0 {
+		h = r.Shape[2]
+	}
+	dirs := int64(1)
+	if c.n.String("direction", "forward") == "bidirectional" {
+		dirs = 2
+	}
+	if !x.Known || x.Rank() != 3 {
+		c.unknown(x.DType)
+		return
+	}
+	seq, batch := x.Shape[0], x.Shape[1]
+	if c.n.Int("layout", 0) != 0 {
+		seq, batch = batch, seq
+		c.shaped(x.DType, []int64{batch, seq, dirs, h})
+		c.set(1, Info{DType: x.DType, Known: true, Shape: []int64{batch, dirs, h}})
+		c.set(2, Info{DType: x.DType, Known: true, Shape: []int64{batch, dirs, h}})
+		return
+	}
+	c.shaped(x.DType, []int64{seq, dirs, batch, h})
+	c.set(1, Info{DType: x.DType, Known: true, Shape: []int64{dirs, batch, h}})
+	c.set(2, Info{DType: x.DType, Known: true, Shape: []int64{dirs, batch, h}})
+}
