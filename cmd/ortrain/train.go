@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,17 +97,32 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 			return "", err
 		}
 	}
+	// What this command creates, it removes if setup fails.
+	_, statErr := os.Stat(runDir)
+	newRunDir := runDir != "" && os.IsNotExist(statErr)
+	namesDir := filepath.Join(cfg.OutputDir, cfg.Name)
+	_, statErr = os.Stat(namesDir)
+	newNamesDir := os.IsNotExist(statErr)
+	_, statErr = os.Stat(cfg.OutputDir)
+	newOutputDir := os.IsNotExist(statErr)
 	rd, ck, err := openRunDir(cfg, resume, runDir, overwrite)
 	if err != nil {
 		return "", err
 	}
-	// A new version whose setup fails (artifacts that do not build, data
-	// that does not open) is removed: a failed command leaves nothing.
+	// A new version (or a --run-dir this command made) whose setup fails
+	// (artifacts that do not build, data that does not open, initial
+	// weights refused) is removed: a failed command leaves nothing.
 	started := false
 	defer func() {
 		rd.Close()
-		if err != nil && !started && resume == "" && runDir == "" {
+		if err != nil && !started && resume == "" && (runDir == "" || newRunDir) {
 			os.RemoveAll(rd.Path)
+			if runDir == "" && newNamesDir {
+				os.Remove(namesDir) // only if empty: other versions stay
+				if newOutputDir {
+					os.Remove(cfg.OutputDir)
+				}
+			}
 		}
 	}()
 	enc, err := cfg.Encode()

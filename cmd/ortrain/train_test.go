@@ -214,7 +214,9 @@ func TestFirstSignalCancels(t *testing.T) {
 }
 
 // TestFailedSetupLeavesNoRun: a new run whose model cannot be built (a
-// ResNet of depth 7) fails with exit 2 and leaves no version directory.
+// ResNet of depth 7), or whose initial weights are refused, fails with exit
+// 2 and leaves nothing: no version directory, no output directory it made,
+// no --run-dir it made.
 func TestFailedSetupLeavesNoRun(t *testing.T) {
 	orttest.Init(t)
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
@@ -236,7 +238,16 @@ max_steps = 1
 	if code := run([]string{"ortrain", "train", "--config", cfg}, &out, &errOut); code != 2 {
 		t.Fatalf("exit %d: %s; want 2", code, errOut.String())
 	}
-	if vs, _ := filepath.Glob(filepath.Join(root, "outputs", "bad", "version_*")); len(vs) != 0 {
-		t.Errorf("a failed setup left %v", vs)
+	if _, err := os.Stat(filepath.Join(root, "outputs")); !os.IsNotExist(err) {
+		t.Errorf("a failed setup left %s (%v)", filepath.Join(root, "outputs"), err)
+	}
+	absent := filepath.Join(root, "absent.safetensors")
+	runDir := filepath.Join(root, "new-run")
+	if code := run([]string{"ortrain", "train", "--config", cfg, "--set", "model.params.depth=18", "--set", `model.init_weights="` + absent + `"`,
+		"--run-dir", runDir}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), absent) {
+		t.Fatalf("exit %d: %s; want 2 naming %s", code, errOut.String(), absent)
+	}
+	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
+		t.Errorf("a refused run left its --run-dir %s (%v)", runDir, err)
 	}
 }

@@ -77,7 +77,22 @@ type Model struct {
 	// leaving a dimension free ([model.input_shapes] image = [-1, 3, 224,
 	// 224]), for gradient rules that need static sizes.
 	InputShapes map[string][]int64 `toml:"input_shapes,omitempty"`
+	// InitWeights starts a new run (not a resume) from these weights: a
+	// safetensors file keyed as the model's parameters and buffers (a
+	// PyTorch state_dict; models/pytorch/to_safetensors.py converts .pt,
+	// .pth and Lightning .ckpt files), or an ortrain checkpoint directory
+	// (fine-tuning: its weights, a fresh optimizer and schedule).
+	InitWeights string `toml:"init_weights,omitempty"`
+	// InitStrict, as PyTorch's load_state_dict(strict): every parameter
+	// and buffer of the model must be in InitWeights with its shape, and
+	// nothing else. false loads what matches by name and shape and leaves
+	// the rest (a new classifier head) at the model's initial values,
+	// saying which. Default true.
+	InitStrict *bool `toml:"init_strict,omitempty"`
 }
+
+// Strict reports model.init_strict, true unless set false.
+func (m Model) Strict() bool { return m.InitStrict == nil || *m.InitStrict }
 
 // Data kinds (data.kind): the loaders ortrain has.
 const (

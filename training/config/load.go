@@ -222,6 +222,8 @@ var volatileKeys = []string{
 	"trainer.limit_val_batches", "trainer.log_every_n_steps", "trainer.checkpoint_every_n_steps",
 	"trainer.save_top_k", "trainer.early_stopping_patience",
 	"trainer.early_stopping_min_delta", "model.artifacts", "model.onnx",
+	// read once, when a new run starts; a resume continues from its checkpoint
+	"model.init_weights", "model.init_strict",
 	"runtime",
 }
 

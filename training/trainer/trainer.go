@@ -144,6 +144,15 @@ func New(o Options) (t *Trainer, err error) {
 	if t.eng, err = openEngine(o.Artifacts, m, o.Session, c.Data.Feeds); err != nil {
 		return t, err
 	}
+	if c.Model.InitWeights != "" && o.Resume == "" {
+		msg, err := t.eng.initWeights(c.Model.InitWeights, c.Model.Strict())
+		if err != nil {
+			return t, err
+		}
+		if o.Progress != nil {
+			fmt.Fprintln(o.Progress, "ortrain: "+msg)
+		}
+	}
 	// A data-parallel run validates a shard on each rank and sums the
 	// totals, where every metric adds up (validation.Metrics.Shardable).
 	t.valShards = o.Comm != nil && validation.New(m, c).Shardable()
