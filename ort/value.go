@@ -154,8 +154,9 @@ func (v *Value) Location() Device { return v.loc }
 // OnHost reports whether Go can read the data in place.
 func (v *Value) OnHost() bool { return !v.loc.CUDA }
 
-// DataPointer returns the address of the tensor's data, for tests and logs
-// that show two values share memory.
+// DataPointer returns the address of the tensor's data, on its device:
+// what a collective library (NCCL) sums in place, and what tests compare
+// to show two values share memory.
 func (v *Value) DataPointer() uintptr {
 	var d unsafe.Pointer
 	if check(C.ortrain_tensor_data(v.p, &d)) != nil {

@@ -204,6 +204,58 @@ func TestDataParallelRankDies(t *testing.T) {
 	t.Logf("rank 1 killed after 3 s: the job ended after %v", took.Round(time.Second))
 }
 
+// TestDataParallelOnGPU (ORTRAIN_TEST_DEVICE=cuda:N, with NCCL): a one-rank
+// job (strategy = "ddp") sums its gradients with NCCL on the GPU — NCCL does
+// not allow two ranks on one GPU — and trains as the plain run on the same
+// device: after 20 steps the weights agree within float rounding.
+func TestDataParallelOnGPU(t *testing.T) {
+	dev := orttest.Device(t)
+	if !dev.CUDA {
+		t.Skip("ORTRAIN_TEST_DEVICE is not a CUDA device")
+	}
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip(collective.ErrNoMpirun)
+	}
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	saved := rankCommand
+	t.Cleanup(func() { rankCommand = saved })
+	rankCommand = func() ([]string, error) {
+		return []string{os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v"}, nil
+	}
+	common := []string{"--set", "trainer.device=" + dev.String(), "--set", "trainer.max_steps=20", "--set", `trainer.precision="32"`}
+	var out, errOut bytes.Buffer
+	if code := run(append([]string{"ortrain", "train", "--config", cfg}, common...), &out, &errOut); code != 0 {
+		t.Fatalf("plain run on %v: exit %d: %s", dev, code, errOut.String())
+	}
+	args := append([]string{"ortrain", "train", "--config", cfg, "--set", `trainer.strategy="ddp"`}, common...)
+	t.Setenv("ORTRAIN_TEST_DDP_ARGS", strings.Join(args, "\x1f"))
+	out.Reset()
+	errOut.Reset()
+	// The rank's messages come through mpirun's output.
+	if code := run(args, &out, &errOut); code != 0 || !strings.Contains(out.String()+errOut.String(), "NCCL on each rank's GPU") {
+		t.Fatalf("one-rank NCCL job on %v: exit %d:\n%s%s", dev, code, out.String(), errOut.String())
+	}
+	one := tensors(t, filepath.Join(root, "outputs", "vq", "version_0", "checkpoints", "last"))
+	nccl := tensors(t, filepath.Join(root, "outputs", "vq", "version_1", "checkpoints", "last"))
+	worst := 0.0
+	for k, a := range one {
+		scale := 0.0
+		for _, x := range a {
+			scale = max(scale, math.Abs(x))
+		}
+		for i := range a {
+			worst = max(worst, math.Abs(a[i]-nccl[k][i])/(scale+1e-12))
+		}
+	}
+	t.Logf("one-rank NCCL job against the plain run on %v after 20 steps: worst weight difference %.2g", dev, worst)
+	if worst > 1e-4 || len(one) != len(nccl) {
+		t.Errorf("the NCCL job's weights differ by %.2g from the plain run's", worst)
+	}
+}
+
 // valMetrics are a run's validation metrics at its last step, from
 // metrics.csv (rows step, name, value, time).
 func valMetrics(t *testing.T, version string) map[string]float64 {
@@ -295,6 +347,13 @@ func TestDataParallelSpawnsRanks(t *testing.T) {
 	st, err := checkpoint.ReadState(filepath.Join(root, "outputs", "vq", "version_1", "checkpoints", "last"))
 	if code != 0 || !strings.Contains(msg, "interrupted; checkpoint written") || err != nil || st.Step < 1 || st.Step >= 100000 {
 		t.Errorf("SIGINT: exit %d, checkpoint %+v (%v):\n%s", code, st, err, msg)
+	}
+
+	// strategy = "ddp" on one device: a one-rank job through the same
+	// path (the way a GPU's NCCL path runs on one card).
+	code, msg = job("--set", "trainer.devices=1", "--set", `trainer.strategy="ddp"`, "--set", "trainer.max_steps=3")
+	if code != 0 || !strings.Contains(msg, "starting 1 rank on") || !strings.Contains(msg, "data-parallel over 1 rank (MPI)") {
+		t.Errorf("strategy ddp on one device: exit %d:\n%s", code, msg)
 	}
 
 	if code, msg := job("--set", "trainer.num_nodes=2"); code != 2 || !strings.Contains(msg, "trainer.num_nodes") {

@@ -69,7 +69,12 @@ func doctor(c *cli.Context) error {
 	} else if launcher, err := exec.LookPath("mpirun"); err != nil {
 		fmt.Fprintf(w, "mpi            %s loads; no mpirun on the path (srun, or apt-get install openmpi-bin)\n", lib)
 	} else {
-		fmt.Fprintf(w, "mpi            ok: %s, launcher %s (data parallel on CPU ranks; NCCL for GPU ranks is not bound)\n", lib, launcher)
+		fmt.Fprintf(w, "mpi            ok: %s, launcher %s (data parallel: gradients of CPU ranks, every rank's scalars)\n", lib, launcher)
+	}
+	if lib, version, err := collective.NCCLAvailable(); err != nil {
+		fmt.Fprintf(w, "nccl           not available (data parallel on GPUs needs it): %v\n", err)
+	} else {
+		fmt.Fprintf(w, "nccl           ok: %s %s (data parallel: gradients of GPU ranks)\n", lib, version)
 	}
 	switch {
 	case !contains(providers, "CUDAExecutionProvider"):

@@ -51,7 +51,7 @@ func (e ranksFailed) BadInput() bool { return e.code == 2 }
 // process group of its own so that a terminal's Ctrl-C reaches only this
 // process, which asks the ranks to stop (stopFileEnv); a second one kills
 // them.
-func spawnRanks(c *cli.Context, cfg *config.Config, world int) error {
+func spawnRanks(c *cli.Context, cfg *config.Config, world int, gpus bool) error {
 	if cfg.Trainer.NumNodes > 1 {
 		return &config.Error{Key: "trainer.num_nodes", Msg: fmt.Sprintf("%d nodes: ortrain starts ranks on this machine only; start them on every node with a launcher (srun, or mpirun -np %d --host ...)", cfg.Trainer.NumNodes, world)}
 	}
@@ -61,6 +61,11 @@ func spawnRanks(c *cli.Context, cfg *config.Config, world int) error {
 	}
 	if _, err := collective.Available(); err != nil {
 		return &config.Error{Key: "trainer.devices", Msg: err.Error()}
+	}
+	if gpus {
+		if _, _, err := collective.NCCLAvailable(); err != nil {
+			return &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("%d ranks on GPUs sum their gradients with NCCL: %v", world, err)}
+		}
 	}
 	command, err := rankCommand()
 	if err != nil {
@@ -82,7 +87,7 @@ func spawnRanks(c *cli.Context, cfg *config.Config, world int) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	fmt.Fprintf(c.App.ErrWriter, "ortrain: starting %d ranks on this machine: %s -np %d ...\n", world, mpirun, world)
+	fmt.Fprintf(c.App.ErrWriter, "ortrain: starting %d rank%s on this machine: %s -np %d ...\n", world, plural(world), mpirun, world)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", mpirun, err)
 	}
@@ -136,4 +141,36 @@ func watchStopFile(cancel func(), quit <-chan struct{}) {
 			}
 		}
 	}()
+}
+
+// rankGPU is the GPU a rank of a data-parallel job trains on. With one
+// rank per machine the configured device stands ("cuda:2"); with several,
+// each takes the GPU of its local rank, as Lightning's devices = N does,
+// and a device index in the configuration is refused as ambiguous.
+func rankGPU(cfg *config.Config, configured int) (int, error) {
+	local, ok := collective.LocalRank()
+	perNode := max(1, cfg.Trainer.Devices)
+	if !ok || perNode == 1 {
+		return configured, nil
+	}
+	if dev := cfg.Trainer.Device; dev != "cuda" && dev != "gpu" && dev != "auto" {
+		return 0, &config.Error{Key: "trainer.device", Msg: fmt.Sprintf("%q with trainer.devices = %d: each rank takes the GPU of its local rank; set trainer.device = \"cuda\" (and CUDA_VISIBLE_DEVICES to choose the GPUs)", dev, perNode)}
+	}
+	count, err := collective.CUDADeviceCount()
+	if err != nil {
+		return 0, &config.Error{Key: "trainer.device", Msg: err.Error()}
+	}
+	gpu, err := collective.GPUFor(local, count)
+	if err != nil {
+		return 0, &config.Error{Key: "trainer.devices", Msg: err.Error()}
+	}
+	return gpu, nil
+}
+
+// plural is the "s" of a count other than one.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

@@ -76,17 +76,19 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if err != nil {
 		return "", err
 	}
-	if world := cfg.Trainer.WorldSize(); world > 1 {
+	if world := cfg.Trainer.WorldSize(); world > 1 || cfg.Trainer.Strategy == "ddp" {
 		if _, launched := collective.Launched(); !launched {
-			if opts.Device.CUDA {
-				return "", &config.Error{Key: "trainer.device", Msg: "data-parallel training on CUDA devices needs NCCL, which ortrain does not bind yet; ranks on the CPU sum gradients with MPI"}
-			}
-			return "", spawnRanks(c, cfg, world)
+			return "", spawnRanks(c, cfg, world, opts.Device.CUDA)
 		}
 	}
 	comm, err := joinJob(cfg)
 	if err != nil {
 		return "", err
+	}
+	if comm != nil && opts.Device.CUDA {
+		if opts.Device.ID, err = rankGPU(cfg, opts.Device.ID); err != nil {
+			return "", err
+		}
 	}
 	if comm != nil && comm.Rank() != 0 {
 		return "", trainRank(c, cfg, comm, resume, opts)
@@ -144,8 +146,12 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	opts.ProfilePrefix = c.String("profile")
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
 	if comm != nil {
-		fmt.Fprintf(c.App.ErrWriter, "ortrain: data-parallel over %d ranks (MPI): each trains on its shard of every step's %d × %d samples; gradients summed before each update; rank 0 writes\n",
-			comm.Size(), comm.Size(), cfg.Data.BatchSize*cfg.Trainer.AccumulateGradBatches)
+		engine := "MPI"
+		if opts.Device.CUDA {
+			engine = "NCCL on each rank's GPU, MPI for the step's scalars"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: data-parallel over %d rank%s (%s): each trains on its shard of every step's %d × %d samples; gradients summed before each update; rank 0 writes\n",
+			comm.Size(), plural(comm.Size()), engine, comm.Size(), cfg.Data.BatchSize*cfg.Trainer.AccumulateGradBatches)
 	}
 	if m, err := artifacts.Load(prep.artifacts); err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "ortrain: precision %s: %s\n", cfg.Trainer.Precision, m.Precision)
@@ -172,7 +178,10 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 func joinJob(cfg *config.Config) (*collective.Comm, error) {
 	world := cfg.Trainer.WorldSize()
 	size, launched := collective.Launched()
-	if world == 1 && (!launched || size == 1) {
+	// strategy = "ddp" with one process still runs the data-parallel
+	// path (a one-rank job: its collectives, NCCL's on a GPU), as
+	// Lightning's DDP does with devices = 1.
+	if world == 1 && (!launched || size == 1) && cfg.Trainer.Strategy != "ddp" {
 		return nil, nil
 	}
 	if !launched {

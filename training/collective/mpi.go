@@ -22,9 +22,10 @@ static int (*p_initialized)(int *);
 static int (*p_comm_rank)(handle, int *);
 static int (*p_comm_size)(handle, int *);
 static int (*p_allreduce)(const void *, void *, int, handle, handle, handle);
+static int (*p_bcast)(void *, int, handle, int, handle);
 static int (*p_abort)(handle, int);
 static int (*p_finalize)(void);
-static handle comm_world, dt_float, dt_double, op_sum;
+static handle comm_world, dt_float, dt_double, dt_byte, op_sum;
 
 // ortrain_mpi_open loads lib and its symbols; it returns NULL or what is missing.
 static const char *ortrain_mpi_open(const char *path) {
@@ -36,11 +37,13 @@ static const char *ortrain_mpi_open(const char *path) {
 	SYM(p_comm_rank, "MPI_Comm_rank")
 	SYM(p_comm_size, "MPI_Comm_size")
 	SYM(p_allreduce, "MPI_Allreduce")
+	SYM(p_bcast, "MPI_Bcast")
 	SYM(p_abort, "MPI_Abort")
 	SYM(p_finalize, "MPI_Finalize")
 	SYM(comm_world, "ompi_mpi_comm_world")
 	SYM(dt_float, "ompi_mpi_float")
 	SYM(dt_double, "ompi_mpi_double")
+	SYM(dt_byte, "ompi_mpi_byte")
 	SYM(op_sum, "ompi_mpi_op_sum")
 #undef SYM
 	return NULL;
@@ -53,6 +56,7 @@ static int ortrain_mpi_rank(int *r) { return p_comm_rank(comm_world, r); }
 static int ortrain_mpi_size(int *s) { return p_comm_size(comm_world, s); }
 static int ortrain_mpi_sum_float(float *buf, int n) { return p_allreduce((void *)1, buf, n, dt_float, op_sum, comm_world); }
 static int ortrain_mpi_sum_double(double *buf, int n) { return p_allreduce((void *)1, buf, n, dt_double, op_sum, comm_world); }
+static int ortrain_mpi_bcast(void *buf, int n, int root) { return p_bcast(buf, n, dt_byte, root, comm_world); }
 static int ortrain_mpi_abort(int code) { return p_abort(comm_world, code); }
 static int ortrain_mpi_finalize(void) { return p_finalize(); }
 */
@@ -164,6 +168,20 @@ func (c *Comm) SumFloat64(vals []float64) error {
 	defer c.mu.Unlock()
 	if rc := C.ortrain_mpi_sum_double((*C.double)(unsafe.Pointer(&vals[0])), C.int(len(vals))); rc != 0 {
 		return &Error{fmt.Sprintf("MPI_Allreduce of %d doubles failed on rank %d (%d)", len(vals), c.rank, int(rc))}
+	}
+	return nil
+}
+
+// Broadcast copies root's buf to every rank's (small buffers: the bytes
+// that bootstrap NCCL).
+func (c *Comm) Broadcast(buf []byte, root int) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rc := C.ortrain_mpi_bcast(unsafe.Pointer(&buf[0]), C.int(len(buf)), C.int(root)); rc != 0 {
+		return &Error{fmt.Sprintf("MPI_Bcast of %d bytes from rank %d failed on rank %d (%d)", len(buf), root, c.rank, int(rc))}
 	}
 	return nil
 }

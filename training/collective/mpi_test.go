@@ -20,7 +20,8 @@ func mpirun(t *testing.T, n int, run string, env ...string) (string, error) {
 }
 
 // TestSumAcrossTwoRanks: two ranks under mpirun sum float32 and float64
-// buffers in place and agree on their ranks and the world size.
+// buffers in place, agree on their ranks and the world size, and receive
+// one rank's broadcast.
 func TestSumAcrossTwoRanks(t *testing.T) {
 	if os.Getenv("ORTRAIN_TEST_RANK_CHILD") == "1" {
 		c, err := Init()
@@ -34,6 +35,13 @@ func TestSumAcrossTwoRanks(t *testing.T) {
 		}
 		if err := c.SumFloat64(d); err != nil {
 			t.Fatal(err)
+		}
+		b := []byte{0, 0, 0}
+		if c.Rank() == 1 {
+			b = []byte{7, 8, 9}
+		}
+		if err := c.Broadcast(b, 1); err != nil || string(b) != "\x07\x08\x09" {
+			t.Fatalf("rank %d: broadcast from rank 1 gave %v (%v), want [7 8 9]", c.Rank(), b, err)
 		}
 		if size, ok := Launched(); !ok || size != c.Size() || f[0] != 3 || f[1] != 30 || d[0] != 0.5 {
 			t.Fatalf("rank %d of %d (launcher says %d, %v): sums %v %v, want [3 30] [0.5]", c.Rank(), c.Size(), size, ok, f, d)

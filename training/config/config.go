@@ -259,9 +259,11 @@ type Trainer struct {
 	// count (0, unset, means 1 for both): their product is the world size
 	// of a data-parallel run, one process per device, which ortrain starts
 	// under mpirun on one machine, or a launcher on several (mpirun -np N
-	// --host ..., srun). Strategy is "auto" or
-	// "ddp" (the only data-parallel strategy; auto picks it for a world
-	// size above 1).
+	// --host ..., srun); GPU ranks take the GPU of their local rank and
+	// sum gradients with NCCL. Strategy is "auto" or "ddp" (the only
+	// data-parallel strategy; auto picks it for a world size above 1;
+	// "ddp" with one device runs a one-rank job through the same
+	// collectives).
 	Devices  int    `toml:"devices,omitempty"`
 	NumNodes int    `toml:"num_nodes,omitempty"`
 	Strategy string `toml:"strategy,omitempty"`

@@ -166,6 +166,7 @@ func TestOverride(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"trainer.max_stepz=3", "--set trainer.max_stepz: unknown key (did you mean trainer.max_steps?)"},
 		{"trainer.max_steps=lots", "--set trainer.max_steps"},
+		{"trainer.sync_batchnorm=true", "--set trainer.sync_batchnorm: not built: synchronised BatchNorm"},
 		{"trainer.max_steps", "want key.sub=value"},
 		{"trainer..x=1", "want key.sub=value"},
 	} {

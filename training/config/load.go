@@ -101,6 +101,12 @@ func (c *Config) Override(assignments ...string) error {
 	return nil
 }
 
+// notBuilt are keys users bring from Lightning that ortrain does not
+// have yet, and what happens instead.
+var notBuilt = map[string]string{
+	"trainer.sync_batchnorm": "synchronised BatchNorm; each rank normalises with its own batch's statistics, as PyTorch's DDP does by default (remove the key, or convert the model's BatchNorm to GroupNorm)",
+}
+
 // decode reads doc into c, records which keys it set and where, and turns
 // the toml package's errors into *Error.
 func (c *Config) decode(doc, source string) error {
@@ -118,7 +124,9 @@ func (c *Config) decode(doc, source string) error {
 	for _, k := range md.Undecoded() {
 		key := k.String()
 		msg := "unknown key"
-		if s := suggest(key); s != "" {
+		if why, ok := notBuilt[key]; ok {
+			msg = "not built: " + why
+		} else if s := suggest(key); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", s)
 		}
 		errs = append(errs, &Error{Source: source, Key: key, Msg: msg})

@@ -90,6 +90,9 @@ type Model struct {
 	// StateBytes is StateCopies × 4 bytes × Params. Activations and
 	// buffers (BatchNorm statistics) are not included.
 	StateBytes int64 `json:"state_bytes"`
+	// InitWeights is model.init_weights, the weights a new run starts
+	// from (strict or not); empty when it starts from the model's own.
+	InitWeights string `json:"init_weights,omitempty"`
 }
 
 // Data is the dataset and whether it could be opened.
@@ -123,6 +126,9 @@ type Batch struct {
 	// (trainer.devices × trainer.num_nodes).
 	WorldSize int `json:"world_size"`
 	Effective int `json:"effective"`
+	// Collective is how a data-parallel run sums its gradients; empty for
+	// one process.
+	Collective string `json:"collective,omitempty"`
 }
 
 // LR is the learning-rate arithmetic and the schedule.
@@ -232,9 +238,6 @@ func Make(c *config.Config) (*Plan, error) {
 		p.CUDA = &CUDA{UseTF32: r.UseTF32, ConvAlgoSearch: r.CudnnConvAlgoSearch, GPUMemLimit: int64(r.GPUMemLimit),
 			ArenaExtendStrategy: r.ArenaExtendStrategy, EnableCUDAGraph: r.EnableCUDAGraph, AllowCPUFallback: r.AllowCPUFallback}
 	}
-	if w := c.Trainer.WorldSize(); w > 1 && strings.HasPrefix(c.Trainer.Device, "cuda") {
-		p.Refusals = append(p.Refusals, fmt.Sprintf("%d ranks on CUDA devices: data-parallel training on GPUs needs NCCL, which ortrain does not bind yet (ranks on the CPU sum gradients with MPI)", w))
-	}
 	m, err := p.model(c)
 	if err != nil {
 		return nil, err
@@ -253,6 +256,12 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 	mc, o := c.Model, c.Optimizer
 	pm := &p.Model
 	pm.Optimizer, pm.StateCopies = o.Name, 8
+	if mc.InitWeights != "" {
+		pm.InitWeights = mc.InitWeights
+		if !mc.Strict() {
+			pm.InitWeights += " (not strict: what matches by name, type and shape)"
+		}
+	}
 	if o.Name == "sgd" {
 		pm.StateCopies = 4
 		if o.Momentum > 0 {
@@ -378,6 +387,14 @@ func inputs(g *graph.Graph, spec loss.Spec) ([]artifacts.Tensor, error) {
 func (p *Plan) batch(c *config.Config) {
 	w := c.Trainer.WorldSize()
 	p.Batch = Batch{PerDevice: c.Data.BatchSize, Accumulate: c.Trainer.AccumulateGradBatches, WorldSize: w, Effective: c.EffectiveBatchSize(w)}
+	switch {
+	case w > 1 && c.Trainer.Device == "auto":
+		p.Batch.Collective = "gradients summed with NCCL on each rank's GPU (cuda:<local rank>) where ONNX Runtime has CUDA, else with MPI on the host"
+	case w > 1 && c.Trainer.Device != "cpu":
+		p.Batch.Collective = "gradients summed with NCCL on each rank's GPU (cuda:<local rank>), the step's scalars with MPI"
+	case w > 1:
+		p.Batch.Collective = "gradients summed with MPI on the host (CPU ranks)"
+	}
 	tc := c.Trainer
 	p.LR = LR{Base: c.Optimizer.LR, Scaling: tc.LRScaling, BaseBatch: tc.BaseBatchSize, Peak: c.PeakLR(w),
 		Schedule: c.Scheduler.Name, MinLR: c.Scheduler.MinLR, Warmup: c.Scheduler.WarmupSteps, WarmupRatio: c.Scheduler.WarmupRatio}

@@ -25,6 +25,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	m := p.Model
 	row("model", "%s, %s parameters", m.Source, thousands(m.Params))
+	if m.InitWeights != "" {
+		row("initial weights", "%s", m.InitWeights)
+	}
 	a := p.Activations
 	if a == nil {
 		row("training state", "%s on the device: %d × 4 B × params (%s; every state tensor twice); activations not included: --memory replays a step",
@@ -83,6 +86,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 
 	b := p.Batch
 	row("batch", "%d per device × %d accumulated × %d device%s = %d per optimizer step", b.PerDevice, b.Accumulate, b.WorldSize, map[bool]string{true: "s"}[b.WorldSize > 1], b.Effective)
+	if b.Collective != "" {
+		row("ranks", "%s", b.Collective)
+	}
 	lr := p.LR
 	if lr.Scaling == "none" || lr.BaseBatch == 0 {
 		row("lr", "%s (no scaling) → peak %s", num(lr.Base), num(lr.Peak))

@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/safetensors"
@@ -471,6 +472,17 @@ func (e *engine) gradients() [][]float32 {
 		}
 	}
 	return e.gradViews[e.g]
+}
+
+// deviceGradients are the same gradients where they live on a GPU: what
+// NCCL sums in place.
+func (e *engine) deviceGradients() []collective.DeviceBuffer {
+	bufs := make([]collective.DeviceBuffer, len(e.grads))
+	for i, g := range e.grads {
+		v := g.v[e.g]
+		bufs[i] = collective.DeviceBuffer{Ptr: v.DataPointer(), Len: v.Len(), DType: v.DType()}
+	}
+	return bufs
 }
 
 // evaluate runs the eval graph on the staged batch and returns its loss.

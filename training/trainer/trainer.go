@@ -94,10 +94,11 @@ type Trainer struct {
 	accum       int
 	terms       []float64 // StepResult.Terms, reused
 	comm        *collective.Comm
-	valShards   bool        // each rank validates its shard (see New)
-	reduce      []float64   // the step's scalars summed across ranks, reused
-	bucket      []float32   // gradients packed for one sum (sumGradients)
-	pending     [][]float32 // the gradients in bucket, in order
+	dcomm       *collective.DeviceComm // NCCL, for gradients on a GPU
+	valShards   bool                   // each rank validates its shard (see New)
+	reduce      []float64              // the step's scalars summed across ranks, reused
+	bucket      []float32              // gradients packed for one sum (sumGradients)
+	pending     [][]float32            // the gradients in bucket, in order
 	clip        float64
 	valEvery    int64
 	tokens      int64  // tokens per sample for token models, else 0
@@ -132,9 +133,6 @@ func New(o Options) (t *Trainer, err error) {
 	world := 1
 	if o.Comm != nil {
 		world = o.Comm.Size()
-		if o.Session.Device.CUDA {
-			return nil, &config.Error{Key: "trainer.device", Msg: "data-parallel training on CUDA devices needs NCCL, which ortrain does not bind yet; ranks on the CPU sum gradients with MPI"}
-		}
 	}
 	defer func() {
 		if err != nil {
@@ -143,6 +141,13 @@ func New(o Options) (t *Trainer, err error) {
 	}()
 	if t.eng, err = openEngine(o.Artifacts, m, o.Session, c.Data.Feeds); err != nil {
 		return t, err
+	}
+	// GPU ranks sum gradients with NCCL on the device; the comm joins
+	// after ONNX Runtime has made the GPU's context current.
+	if o.Comm != nil && o.Session.Device.CUDA {
+		if t.dcomm, err = collective.NewDeviceComm(o.Comm, o.Session.Device.ID); err != nil {
+			return t, err
+		}
 	}
 	if c.Model.InitWeights != "" && o.Resume == "" {
 		msg, err := t.eng.initWeights(c.Model.InitWeights, c.Model.Strict())
@@ -281,9 +286,14 @@ func (t *Trainer) allReduce(r *callback.StepResult, ok bool) (bool, error) {
 // bucket PyTorch's DDP uses): many small tensors go in few calls.
 const bucketFloats = 25 << 20 / 4
 
-// sumGradients sums every gradient across the ranks in place: small ones
-// packed into a bucket per call, one too large for it on its own.
+// sumGradients sums every gradient across the ranks in place: on a GPU
+// with NCCL in one group of calls, nothing crossing to the host; on the
+// CPU with MPI, small ones packed into a bucket per call, one too large
+// for it on its own.
 func (t *Trainer) sumGradients() error {
+	if t.dcomm != nil {
+		return t.dcomm.Sum(t.eng.deviceGradients())
+	}
 	grads := t.eng.gradients()
 	if t.bucket == nil {
 		total := 0
@@ -842,6 +852,9 @@ func (t *Trainer) Close() error {
 	}
 	if t.val != nil {
 		t.val.Close()
+	}
+	if t.dcomm != nil {
+		t.dcomm.Close()
 	}
 	if t.eng != nil {
 		t.eng.close()
