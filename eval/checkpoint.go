@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/ortrain/ortrain/eval/report"
 	"github.com/ortrain/ortrain/eval/sliding"
@@ -41,10 +40,11 @@ type CheckpointOptions struct {
 	// Sets are --set overrides applied to the checkpoint's configuration
 	// when Config is nil (data.val=..., a new validation set).
 	Sets []string
-	// Inputs are NIfTI volumes to reconstruct instead of the validation set
-	// (volume models only).
+	// Inputs are volume files (NIfTI or .npy) to reconstruct instead of
+	// the validation set (volume models only).
 	Inputs []string
-	// Out is where the reconstruction of a single input is written as NIfTI.
+	// Out is where the reconstruction of a single input is written (NIfTI,
+	// or NumPy's format for a .npy path).
 	Out string
 	// Overlap and Mode configure the sliding windows; BatchSize the windows
 	// per run of the model.
@@ -325,7 +325,7 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 			sums[k].Add(v)
 		}
 		if o.Out != "" {
-			if err := nifti.Write(o.Out, vol.Header, rec.Recon); err != nil {
+			if err := volumes.Write(o.Out, vol.Header, rec.Recon); err != nil {
 				return err
 			}
 		}
@@ -493,7 +493,7 @@ func (r *CheckpointResult) Table() [][]string {
 		rows = append(rows, []string{k, fmt.Sprintf("%.6g", r.Mean[k])})
 	}
 	for _, v := range r.Volumes {
-		base := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(v.Name), ".gz"), ".nii")
+		base := volumes.Name(v.Name)
 		rows = append(rows, []string{base + "/psnr", fmt.Sprintf("%.6g", v.PSNR)}, []string{base + "/ssim", fmt.Sprintf("%.6g", v.SSIM)})
 	}
 	return rows

@@ -11,6 +11,7 @@ import (
 	"github.com/ortrain/ortrain/eval/report"
 	"github.com/ortrain/ortrain/metrics"
 	"github.com/ortrain/ortrain/training/data/nifti"
+	"github.com/ortrain/ortrain/training/data/volumes"
 )
 
 // VolumeMetrics are the reconstruction metrics of one volume against its
@@ -133,9 +134,9 @@ func Shape(v *nifti.Volume) [3]int {
 }
 
 func readVolume(path string) (*nifti.Volume, error) {
-	v, err := nifti.Read(path)
+	v, err := volumes.Read(path)
 	if err != nil {
-		return nil, &InputError{Err: err} // nifti's errors name the file
+		return nil, &InputError{Err: err} // the readers' errors name the file
 	}
 	d := v.Header.Dim
 	for i := 4; i <= int(d[0]) && i < len(d); i++ {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/nifti"
@@ -26,11 +25,11 @@ type Window struct {
 
 // Config sets up a Dataset. Sizes are in voxels, x first, as in NIfTI.
 type Config struct {
-	// Files are the .nii or .nii.gz volumes (see Find).
+	// Files are the volume files: .nii, .nii.gz or .npy (see Find).
 	Files []string
 	// Patient names the patient a file belongs to; the split keeps all of a
-	// patient's files on one side. Nil means the file name without
-	// .nii/.nii.gz: one file per patient.
+	// patient's files on one side. Nil means the file name without its
+	// extension (Name): one file per patient.
 	Patient func(path string) string
 	// TrainSplit is the fraction of patients in the training split, in
 	// (0, 1]; Val selects the other side.
@@ -95,7 +94,7 @@ func New(cfg Config) (*Dataset, error) {
 		files := byPatient[id]
 		slices.Sort(files)
 		for _, f := range files {
-			h, err := nifti.ReadHeader(f)
+			h, err := ReadHeader(f)
 			if err == nil && h.Voxels() != h.Dim[1]*h.Dim[2]*h.Dim[3] {
 				err = fmt.Errorf("%s: %d-D volume %v, want 3-D", filepath.Base(f), h.Dim[0], h.Shape())
 			}
@@ -135,14 +134,14 @@ func New(cfg Config) (*Dataset, error) {
 	return d, nil
 }
 
-// Find lists the .nii and .nii.gz files under dir, sorted.
+// Find lists the volume files under dir (.nii, .nii.gz, .npy), sorted.
 func Find(dir string) ([]string, error) {
 	var out []string
 	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !e.IsDir() && (strings.HasSuffix(p, ".nii") || strings.HasSuffix(p, ".nii.gz")) {
+		if !e.IsDir() && IsVolume(p) {
 			out = append(out, p)
 		}
 		return nil
@@ -153,9 +152,7 @@ func Find(dir string) ([]string, error) {
 // ByDirectory is a Config.Patient for datasets with one folder per patient.
 func ByDirectory(path string) string { return filepath.Base(filepath.Dir(path)) }
 
-func fileID(path string) string {
-	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".gz"), ".nii")
-}
+func fileID(path string) string { return Name(path) }
 
 // Grid is the start of each patch along an axis of size voxels: every
 // stride, and one more flush with the far edge so that the edge is covered.
@@ -243,7 +240,7 @@ func fill(s []float32, v float32) {
 
 // decode reads volume v and windows it to [-1, 1].
 func (d *Dataset) decode(v int) ([]float32, error) {
-	vol, err := nifti.Read(d.files[v])
+	vol, err := Read(d.files[v])
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/nifti"
+	"github.com/ortrain/ortrain/training/data/npy"
 	"github.com/ortrain/ortrain/training/data/synthetic"
 )
 
@@ -241,5 +242,78 @@ func TestPaddedVolumesAreListed(t *testing.T) {
 	}
 	if p := ds.Padded(); len(p) != 1 || !strings.Contains(p[0], flat[0]) || !strings.Contains(p[0], "12×12×1") {
 		t.Errorf("Padded() = %v, want only %s (12×12×1)", p, flat[0])
+	}
+}
+
+// TestNumPyVolumes: a volume saved as a NumPy array (C order, indexed
+// [z, y, x], with or without a leading channel axis; or Fortran order,
+// indexed [x, y, z]) is found next to NIfTI files and gives the patches
+// the NIfTI file of the same voxels gives; its patient is the file's name.
+func TestNumPyVolumes(t *testing.T) {
+	files := phantoms(t, 1, [3]int{12, 10, 6})
+	ref, err := nifti.Read(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(files[0])
+	// The same voxels in memory order, x fastest: shape (z, y, x) in C order.
+	if err := npy.Write(filepath.Join(dir, "lidc0001.npy"), []int{6, 10, 12}, ref.Data); err != nil {
+		t.Fatal(err)
+	}
+	if err := npy.Write(filepath.Join(dir, "lidc0002.npy"), []int{1, 6, 10, 12}, ref.Data); err != nil {
+		t.Fatal(err)
+	}
+	// Fortran order: the header says so and the shape is (x, y, z).
+	raw, _ := os.ReadFile(filepath.Join(dir, "lidc0001.npy"))
+	fortran := strings.Replace(string(raw), "'fortran_order': False, 'shape': (6, 10, 12)", "'fortran_order': True, 'shape': (12, 10, 6) ", 1)
+	os.WriteFile(filepath.Join(dir, "lidc0003.npy"), []byte(fortran), 0o644)
+	// A 2-D array is not a volume.
+	npy.Write(filepath.Join(dir, "slice.npy"), []int{10, 12}, ref.Data[:120])
+
+	found, err := Find(dir)
+	if err != nil || len(found) != 5 {
+		t.Fatalf("Find: %v, %v; want the NIfTI file and four arrays", found, err)
+	}
+	if _, err := New(Config{Files: found, TrainSplit: 1, PatchSize: [3]int{8, 8, 4}, Stride: [3]int{4, 4, 2}, CacheBytes: 1 << 20}); err == nil ||
+		!strings.Contains(err.Error(), filepath.Join(dir, "slice.npy")) || !strings.Contains(err.Error(), "2-D array") {
+		t.Errorf("a 2-D array: %v, want an error naming it", err)
+	}
+	os.Remove(filepath.Join(dir, "slice.npy"))
+	found, _ = Find(dir)
+	ds, err := New(Config{Files: found, TrainSplit: 1, PatchSize: [3]int{8, 8, 4}, Stride: [3]int{4, 4, 2}, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ds.Patients(); len(got) != 4 || !slices.Contains(got, "lidc0003") {
+		t.Errorf("patients %v", got)
+	}
+	patches := map[string][][]float32{}
+	l, err := data.New(ds, data.Config{BatchSize: 1, Workers: 1, MaxBytes: 2 << 20, Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, err := l.Next(); err == nil; b, err = l.Next() {
+		name := Name(ds.Files()[b.Tensor("index").I64[0]])
+		patches[name] = append(patches[name], slices.Clone(b.Tensor("volume").F32))
+	}
+	want := patches[Name(files[0])]
+	if len(want) == 0 {
+		t.Fatal("no patches of the NIfTI volume")
+	}
+	for _, name := range []string{"lidc0001", "lidc0002", "lidc0003"} {
+		if h := ds.Header(slices.IndexFunc(ds.Files(), func(f string) bool { return Name(f) == name })); !slices.Equal(h.Shape(), []int{12, 10, 6}) {
+			t.Errorf("%s: shape %v, want x, y, z = [12 10 6]", name, h.Shape())
+		}
+		got := patches[name]
+		if len(got) != len(want) {
+			t.Errorf("%s: %d patches, the NIfTI volume %d", name, len(got), len(want))
+			continue
+		}
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Errorf("%s: patch %d differs from the NIfTI volume's", name, i)
+				break
+			}
+		}
 	}
 }
