@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -65,34 +63,23 @@ func (e Example) PlanText() string {
 	return b.String()
 }
 
-// ReadGSM8K reads a GSM8K-format JSONL file. A bad line (not a JSON object,
-// missing question or answer, no "####" line) is an error naming the file
-// and line, or, with skipBad, is skipped and counted.
-func ReadGSM8K(path string, skipBad bool) ([]Example, int, error) {
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, &FileError{File: path, Err: err}
-	}
-	defer f.Close()
-	return ParseGSM8K(path, f, skipBad)
-}
-
 // FileError is a GSM8K file that cannot be read, or a line of it that is
 // not a GSM8K record: the user's to fix.
 type FileError struct {
 	File string
-	Line int // 0: the file as a whole
+	Line int // a JSONL line; 0: none
+	Row  int // a JSON array's element or a Parquet row, from 1; 0: none
 	Err  error
 }
 
 func (e *FileError) Error() string {
-	if e.Line == 0 {
-		return fmt.Sprintf("%s: %v", e.File, e.Err)
+	switch {
+	case e.Line > 0:
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	case e.Row > 0:
+		return fmt.Sprintf("%s: record %d: %v", e.File, e.Row, e.Err)
 	}
-	return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	return fmt.Sprintf("%s: %v", e.File, e.Err)
 }
 func (e *FileError) Unwrap() error { return e.Err }
 
@@ -111,7 +98,11 @@ func ParseGSM8K(name string, r io.Reader, skipBad bool) ([]Example, int, error) 
 	line := 0
 	for sc.Scan() {
 		line++
-		b := bytes.TrimSpace(sc.Bytes())
+		b := sc.Bytes()
+		if line == 1 {
+			b = bytes.TrimPrefix(b, utf8BOM) // Windows editors and Excel write one
+		}
+		b = bytes.TrimSpace(b)
 		if len(b) == 0 {
 			continue
 		}
@@ -143,13 +134,18 @@ func parseLine(b []byte) (Example, error) {
 	if dec.More() {
 		return e, fmt.Errorf("more than one JSON value on the line")
 	}
+	return e, check(e)
+}
+
+// check says what a record lacks to be a GSM8K example.
+func check(e Example) error {
 	switch {
 	case strings.TrimSpace(e.Question) == "":
-		return e, fmt.Errorf("no question")
+		return fmt.Errorf("no question")
 	case strings.TrimSpace(e.Answer) == "":
-		return e, fmt.Errorf("no answer")
+		return fmt.Errorf("no answer")
 	case !strings.Contains(e.Answer, "####"):
-		return e, fmt.Errorf(`answer has no "####" line with the final answer`)
+		return fmt.Errorf(`answer has no "####" line with the final answer`)
 	}
-	return e, nil
+	return nil
 }
