@@ -265,13 +265,14 @@ func sameDims(a, b []int64) bool {
 
 // volumes reconstructs o.Inputs, or the validation volumes, whole.
 func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg *config.Config, dir string, weights WeightSource) error {
-	files := o.Inputs
+	files, root := o.Inputs, ""
 	if len(files) == 0 {
 		var err error
-		if files, err = validationVolumes(cfg); err != nil {
+		if files, root, err = validationVolumes(cfg); err != nil {
 			return err
 		}
 	}
+	ids := volumeIDs(root, files)
 	if o.Out != "" {
 		if len(files) != 1 {
 			return &InputError{File: o.Out, Err: fmt.Errorf("--out writes one reconstruction, but %d volumes are evaluated: pass one --input", len(files))}
@@ -294,7 +295,7 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 		patch = [3]int(p)
 	}
 	sums := map[string]*metrics.Mean{}
-	for _, f := range files {
+	for i, f := range files {
 		vol, err := readVolume(f)
 		if err != nil {
 			return err
@@ -312,13 +313,18 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 		if err != nil {
 			return err
 		}
+		vm.ID = ids[i]
 		if err := checkFinite(f, rec.Recon); err != nil {
 			return err
 		}
 		r.Volumes = append(r.Volumes, vm)
 		ref := &nifti.Volume{Header: vol.Header, Data: rec.Reference}
 		r.Reports = append(r.Reports, vm.ReportEntry(ref, rec.Recon))
-		for k, v := range map[string]float64{"psnr": vm.PSNR, "ssim": vm.SSIM, "mae": vm.MAE, "mse": vm.MSE} {
+		means := map[string]float64{"psnr": vm.PSNR, "mae": vm.MAE, "mse": vm.MSE}
+		if vm.SSIM != nil {
+			means["ssim"] = *vm.SSIM // the mean of the volumes it is computed for
+		}
+		for k, v := range means {
 			if sums[k] == nil {
 				sums[k] = &metrics.Mean{}
 			}
@@ -350,24 +356,30 @@ func checkFinite(name string, x []float32) error {
 }
 
 // validationVolumes lists the volumes validation would patch: data.val, or
-// the validation side of the patient split of data.train.
-func validationVolumes(cfg *config.Config) ([]string, error) {
+// the validation side of the patient split of data.train; and the data
+// folder they were found under. A folder that is missing or holds no
+// volumes is bad input naming its key and absolute path.
+func validationVolumes(cfg *config.Config) ([]string, string, error) {
 	d := cfg.Data
 	if d.Val != "" {
-		return volumes.Find(d.Val)
+		files, err := volumes.Find(d.Val)
+		if err != nil {
+			return nil, "", &InputError{Err: fmt.Errorf("data.val: %w", err)}
+		}
+		return files, d.Val, nil
 	}
 	if d.Train == "" {
-		return nil, &InputError{Err: errors.New("the config names no validation volumes (data.val) and no training volumes to split: pass --input")}
+		return nil, "", &InputError{Err: errors.New("the config names no validation volumes (data.val) and no training volumes to split: pass --input")}
 	}
 	all, err := volumes.Find(d.Train)
 	if err != nil {
-		return nil, err
+		return nil, "", &InputError{Err: fmt.Errorf("data.train: %w", err)}
 	}
-	split := volumes.SplitFiles(volumes.Config{Files: all, TrainSplit: d.Volumes.TrainSplit, SplitSeed: uint64(cfg.Seed), MaxPatients: d.Volumes.MaxPatients, Val: true})
+	split := volumes.SplitFiles(volumes.Config{Files: all, Root: d.Train, TrainSplit: d.Volumes.TrainSplit, SplitSeed: uint64(cfg.Seed), MaxPatients: d.Volumes.MaxPatients, Val: true})
 	if len(split) == 0 {
-		return nil, &InputError{File: d.Train, Err: errors.New("the patient split leaves no validation volume: pass --input")}
+		return nil, "", &InputError{File: d.Train, Err: errors.New("the patient split leaves no validation volume: pass --input")}
 	}
-	return split, nil
+	return split, d.Train, nil
 }
 
 // loss runs the validation set through the eval graph once.
@@ -493,8 +505,12 @@ func (r *CheckpointResult) Table() [][]string {
 		rows = append(rows, []string{k, fmt.Sprintf("%.6g", r.Mean[k])})
 	}
 	for _, v := range r.Volumes {
-		base := volumes.Name(v.Name)
-		rows = append(rows, []string{base + "/psnr", fmt.Sprintf("%.6g", v.PSNR)}, []string{base + "/ssim", fmt.Sprintf("%.6g", v.SSIM)})
+		base := v.Label()
+		ssim := "not computed"
+		if v.SSIM != nil {
+			ssim = fmt.Sprintf("%.6g", *v.SSIM)
+		}
+		rows = append(rows, []string{base + "/psnr", fmt.Sprintf("%.6g", v.PSNR)}, []string{base + "/ssim", ssim})
 	}
 	return rows
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 
 	"github.com/ortrain/ortrain/eval/report"
 	"github.com/ortrain/ortrain/metrics"
@@ -17,11 +18,19 @@ import (
 // VolumeMetrics are the reconstruction metrics of one volume against its
 // reference, computed in the reference's intensity units.
 type VolumeMetrics struct {
-	Name      string  `json:"name"`
+	// Name is the volume's file, as given or found.
+	Name string `json:"name"`
+	// ID names the volume in metric rows ("case_00000/imaging/psnr"):
+	// its path under the data folder without the extension (volumes.ID),
+	// unique among the volumes evaluated. Empty: Name's base name.
+	ID        string  `json:"id,omitempty"`
 	Shape     [3]int  `json:"shape"` // C order: slowest axis first
 	DataRange float64 `json:"data_range"`
 	PSNR      float64 `json:"psnr"`
-	SSIM      float64 `json:"ssim"`
+	// SSIM is nil when an axis is shorter than its 11-voxel Gaussian window
+	// (scikit-image refuses such a volume too); SSIMNote says so.
+	SSIM     *float64 `json:"ssim"`
+	SSIMNote string   `json:"ssim_note,omitempty"`
 	// MSSSIM is nil when the volume is smaller than MS-SSIM's five scales
 	// need (metrics.MSSSIMMinSize voxels on every axis); MSSSIMNote says so.
 	MSSSIM     *float64 `json:"ms_ssim"`
@@ -91,8 +100,14 @@ func Compare(name string, recon, ref []float32, shape [3]int, dataRange float64)
 	if m.PSNR, err = metrics.PSNR(recon, ref, m.DataRange); err != nil {
 		return m, wrap(err)
 	}
-	if m.SSIM, err = metrics.SSIM(x, y, metrics.GaussianOptions(m.DataRange)); err != nil {
-		return m, wrap(err)
+	if min(shape[0], shape[1], shape[2]) < metrics.GaussianWindow {
+		m.SSIMNote = fmt.Sprintf("not computed: SSIM's Gaussian window needs at least %d voxels on every axis", metrics.GaussianWindow)
+	} else {
+		ssim, err := metrics.SSIM(x, y, metrics.GaussianOptions(m.DataRange))
+		if err != nil {
+			return m, wrap(err)
+		}
+		m.SSIM = &ssim
 	}
 	if m.MAE, err = metrics.MAE(recon, ref); err != nil {
 		return m, wrap(err)
@@ -115,7 +130,10 @@ func Compare(name string, recon, ref []float32, shape [3]int, dataRange float64)
 // ReportEntry is the report's view of the volume: ref is the reference
 // (its header gives the voxel spacing), recon the reconstruction.
 func (m VolumeMetrics) ReportEntry(ref *nifti.Volume, recon []float32) report.VolumeResult {
-	vals := map[string]float64{"PSNR": m.PSNR, "SSIM": m.SSIM, "MAE": m.MAE}
+	vals := map[string]float64{"PSNR": m.PSNR, "MAE": m.MAE}
+	if m.SSIM != nil {
+		vals["SSIM"] = *m.SSIM
+	}
 	if m.MSSSIM != nil {
 		vals["MS-SSIM"] = *m.MSSSIM
 	}
@@ -124,6 +142,35 @@ func (m VolumeMetrics) ReportEntry(ref *nifti.Volume, recon []float32) report.Vo
 		Name: m.Name, Shape: m.Shape, Input: ref.Data, Recon: recon, Metrics: vals,
 		Spacing: [3]float64{h.PixDim[3], h.PixDim[2], h.PixDim[1]},
 	}
+}
+
+// Label is how metric rows name the volume: its ID, or its file's name
+// without the extension.
+func (m VolumeMetrics) Label() string {
+	if m.ID != "" {
+		return m.ID
+	}
+	return volumes.Name(m.Name)
+}
+
+// volumeIDs are the IDs of files found under the data folder root
+// (volumes.ID). Files given one by one (root "") are named by their file
+// names, or, where two share a name, by their paths without extension, so
+// that no two rows of metrics share a name.
+func volumeIDs(root string, files []string) []string {
+	ids := make([]string, len(files))
+	seen := map[string]int{}
+	for i, f := range files {
+		ids[i] = volumes.ID(root, f)
+		seen[ids[i]]++
+	}
+	for i, f := range files {
+		if seen[ids[i]] > 1 {
+			p := filepath.ToSlash(filepath.Clean(f))
+			ids[i] = p[:len(p)-len(filepath.Base(p))] + volumes.Name(p)
+		}
+	}
+	return ids
 }
 
 // Shape returns a NIfTI volume's size in C order (z, y, x), the order of its

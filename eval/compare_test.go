@@ -44,7 +44,7 @@ func TestCompareRealVolumes(t *testing.T) {
 	}{
 		{"data range", m.DataRange, 254},
 		{"PSNR", m.PSNR, 14.97311515952996},
-		{"SSIM", m.SSIM, 0.5949980544333702},
+		{"SSIM", *m.SSIM, 0.5949980544333702},
 		{"MAE", m.MAE, 22.31280322773355},
 	} {
 		if math.Abs(c.got-c.want) > 1e-12*math.Abs(c.want) {
@@ -80,6 +80,11 @@ func TestCompareBadInput(t *testing.T) {
 	if err := nifti.Write(withNaN, h, data); err != nil {
 		t.Fatal(err)
 	}
+	data[7] = float32(math.Inf(1))
+	withInf := filepath.Join(dir, "inf.nii")
+	if err := nifti.Write(withInf, h, data); err != nil {
+		t.Fatal(err)
+	}
 	truncated := filepath.Join(dir, "truncated.nii")
 	raw, _ := os.ReadFile(small)
 	os.WriteFile(truncated, raw[:len(raw)/2], 0o644)
@@ -88,7 +93,9 @@ func TestCompareBadInput(t *testing.T) {
 		input, reference, want string
 	}{
 		{small, templates + "ch2.nii.gz", "differs from the reference"},
-		{withNaN, ramp, "NaN"},
+		{withNaN, ramp, withNaN + ": 1 voxel is not finite (1 NaN)"},
+		// An Inf in the reference names the reference, not the input.
+		{ramp, withInf, withInf + ": 1 voxel is not finite (1 +Inf)"},
 		{small, small, "constant"},
 		{truncated, small, "truncated.nii"},
 		{filepath.Join(dir, "missing.nii"), small, "missing.nii"},
@@ -99,5 +106,25 @@ func TestCompareBadInput(t *testing.T) {
 		if err == nil || !errors.As(err, &ie) || !ie.BadInput() || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("CompareFiles(%s, %s) = %v, want a bad-input error saying %q", filepath.Base(c.input), filepath.Base(c.reference), err, c.want)
 		}
+	}
+}
+
+// TestCompareAThinVolume: a volume thinner than SSIM's window gets PSNR,
+// MAE and MSE, and SSIM "not computed" rather than failing the whole
+// evaluation.
+func TestCompareAThinVolume(t *testing.T) {
+	shape := [3]int{8, 20, 24}
+	ref := make([]float32, shape[0]*shape[1]*shape[2])
+	rec := make([]float32, len(ref))
+	for i := range ref {
+		ref[i] = float32(i%13) / 13
+		rec[i] = ref[i] + 0.01
+	}
+	m, err := eval.Compare("thin", rec, ref, shape, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.SSIM != nil || !strings.Contains(m.SSIMNote, "at least 11 voxels") || m.MSSSIM != nil || math.Abs(m.MAE-0.01) > 1e-6 {
+		t.Errorf("thin volume: SSIM %v (%q), MS-SSIM %v, MAE %v; want SSIM and MS-SSIM not computed, MAE 0.01", m.SSIM, m.SSIMNote, m.MSSSIM, m.MAE)
 	}
 }

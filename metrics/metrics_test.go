@@ -459,3 +459,11 @@ func TestTopK(t *testing.T) {
 		}
 	}
 }
+
+// TestGaussianWindow: the constant callers check volume sizes against is
+// the window GaussianOptions filters with.
+func TestGaussianWindow(t *testing.T) {
+	if n := len(gaussianTaps(1.5)); n != GaussianWindow {
+		t.Errorf("the Gaussian window has %d taps, GaussianWindow says %d", n, GaussianWindow)
+	}
+}

@@ -58,6 +58,10 @@ type SSIMOptions struct {
 	SampleCovariance bool
 }
 
+// GaussianWindow is the side of GaussianOptions' window: 2·⌊3.5σ + ½⌋ + 1
+// for σ = 1.5, as scikit-image truncates it.
+const GaussianWindow = 11
+
 // GaussianOptions returns the options of scikit-image's
 // structural_similarity(x, y, data_range=dataRange, gaussian_weights=True,
 // sigma=1.5, use_sample_covariance=False): an 11-sample Gaussian window,

@@ -18,6 +18,7 @@ import (
 	"github.com/ortrain/ortrain/eval/sliding"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/data/volumes"
 	"github.com/ortrain/ortrain/training/safefile"
 )
 
@@ -82,6 +83,9 @@ func evalAction(c *cli.Context) error {
 			}
 		}
 	}
+	if err := checkEvalFlags(c); err != nil {
+		return err
+	}
 	switch {
 	case c.IsSet("checkpoint") && c.IsSet("reference"):
 		return usageError{errors.New("eval takes --checkpoint or --reference, not both")}
@@ -91,6 +95,36 @@ func evalAction(c *cli.Context) error {
 		return evalCompare(c)
 	}
 	return usageError{errors.New("eval needs --checkpoint, or --input and --reference (see ortrain eval --help)")}
+}
+
+// checkEvalFlags refuses, before a volume is read, what would fail only
+// after a whole reconstruction: an overlap out of range, an --out of an
+// unknown format or in a folder that does not exist, or one that would
+// replace an --input.
+func checkEvalFlags(c *cli.Context) error {
+	if v := c.Float64("overlap"); v < 0 || v >= 1 {
+		return usageError{fmt.Errorf("--overlap %g: want the fraction of a window its neighbour shares, in [0, 1)", v)}
+	}
+	out := c.String("out")
+	if out == "" {
+		return nil
+	}
+	if !volumes.IsVolume(out) {
+		return usageError{fmt.Errorf("--out %s: name a .nii.gz, .nii or .npy file (the format follows the extension)", out)}
+	}
+	abs, _ := filepath.Abs(out)
+	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+		return usageError{fmt.Errorf("--out %s: the folder %s does not exist", out, filepath.Dir(abs))}
+	}
+	outInfo, outErr := os.Stat(abs)
+	for _, in := range c.StringSlice("input") {
+		inAbs, _ := filepath.Abs(in)
+		inInfo, err := os.Stat(inAbs)
+		if inAbs == abs || (err == nil && outErr == nil && os.SameFile(inInfo, outInfo)) {
+			return usageError{fmt.Errorf("--out %s is the --input volume: the reconstruction would replace it; write it elsewhere", out)}
+		}
+	}
+	return nil
 }
 
 func evalCheckpoint(c *cli.Context) error {
@@ -286,7 +320,12 @@ func evalCompare(c *cli.Context) error {
 		}
 	} else {
 		fmt.Fprintf(w, "%s against %s (%d×%d×%d, data range %g)\n", inputs[0], c.String("reference"), m.Shape[0], m.Shape[1], m.Shape[2], m.DataRange)
-		fmt.Fprintf(w, "PSNR     %.4f dB\nSSIM     %.6f\n", m.PSNR, m.SSIM)
+		fmt.Fprintf(w, "PSNR     %.4f dB\n", m.PSNR)
+		if m.SSIM != nil {
+			fmt.Fprintf(w, "SSIM     %.6f\n", *m.SSIM)
+		} else {
+			fmt.Fprintf(w, "SSIM     %s\n", m.SSIMNote)
+		}
 		if m.MSSSIM != nil {
 			fmt.Fprintf(w, "MS-SSIM  %.6f\n", *m.MSSSIM)
 		} else {

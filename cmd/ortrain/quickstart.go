@@ -85,7 +85,12 @@ func quickstart(c *cli.Context) error {
 			v.Name = fmt.Sprintf("%s at step %d", filepath.Base(v.Name), res.Step)
 			v.Group = fmt.Sprintf("checkpoint of step %d", res.Step)
 			r.Volumes = append(r.Volumes, v)
-			fmt.Fprintf(c.App.Writer, "step %4d  %-28s PSNR %6.2f dB  SSIM %.4f\n", res.Step, filepath.Base(res.Volumes[i].Name), res.Volumes[i].PSNR, res.Volumes[i].SSIM)
+			v := res.Volumes[i]
+			ssim := "not computed"
+			if v.SSIM != nil {
+				ssim = fmt.Sprintf("%.4f", *v.SSIM)
+			}
+			fmt.Fprintf(c.App.Writer, "step %4d  %-28s PSNR %6.2f dB  SSIM %s\n", res.Step, filepath.Base(v.Name), v.PSNR, ssim)
 		}
 	}
 	r.MetricOrder = []string{"PSNR", "SSIM", "MS-SSIM", "MAE"}

@@ -271,8 +271,10 @@ func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) 
 		return err
 	}
 	p.artifacts = dir
-	p.train, p.val, err = setup.Datasets(cfg, m)
-	return err
+	if p.train, p.val, err = setup.Datasets(cfg, m); err != nil {
+		return err
+	}
+	return setup.CheckData(cfg, m, p.train, p.val)
 }
 
 // warnData says what of the data will not train as given: the volumes
@@ -286,6 +288,17 @@ func warnData(w io.Writer, key string, ds data.Dataset) {
 	if p, ok := ds.(interface{ Padded() []string }); ok && len(p.Padded()) > 0 {
 		fmt.Fprintf(w, "ortrain: %s: %d volumes are smaller than data.volumes.patch_size along some axis and are padded with the window's low value, e.g. %s\n",
 			key, len(p.Padded()), p.Padded()[0])
+	}
+	// Files data.skip_bad_files drops when the set opens are not trained
+	// on, and data/skipped_samples counts only what the loader drops.
+	if sk, ok := ds.(interface {
+		Skipped() []error
+		Files() []string
+	}); ok && len(sk.Skipped()) > 0 {
+		for _, e := range sk.Skipped() {
+			fmt.Fprintf(w, "ortrain: %s: skipped (data.skip_bad_files): %v\n", key, e)
+		}
+		fmt.Fprintf(w, "ortrain: %s: skipped %d of %d volume files as bad\n", key, len(sk.Skipped()), len(sk.Skipped())+len(sk.Files()))
 	}
 	if tr, ok := ds.(interface {
 		Truncated() int

@@ -18,6 +18,8 @@ import (
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/data/nifti"
+	"github.com/ortrain/ortrain/training/data/volumes"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -249,5 +251,34 @@ max_steps = 1
 	}
 	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
 		t.Errorf("a refused run left its --run-dir %s (%v)", runDir, err)
+	}
+}
+
+// TestWarnDataListsSkippedVolumes: the volume files data.skip_bad_files
+// drops when the set opens are printed, each with why, and counted.
+func TestWarnDataListsSkippedVolumes(t *testing.T) {
+	dir := t.TempDir()
+	var h nifti.Header
+	h.Dim = [8]int64{3, 8, 8, 8, 1, 1, 1, 1}
+	h.PixDim = [8]float64{1, 1, 1, 1, 1, 1, 1, 1}
+	good := filepath.Join(dir, "a.nii.gz")
+	if err := nifti.Write(good, h, make([]float32, 512)); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "b.nii")
+	if err := os.WriteFile(bad, make([]byte, 400), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := volumes.New(volumes.Config{Files: []string{good, bad}, TrainSplit: 1, SkipBadFiles: true,
+		PatchSize: [3]int{8, 8, 8}, Stride: [3]int{8, 8, 8}, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	warnData(&out, "data.train", ds)
+	for _, want := range []string{"ortrain: data.train: skipped (data.skip_bad_files): " + bad + ": not NIfTI", "ortrain: data.train: skipped 1 of 2 volume files as bad"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("%q lacks %q", out.String(), want)
+		}
 	}
 }

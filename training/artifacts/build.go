@@ -212,6 +212,7 @@ func Build(opts Options) (*Manifest, error) {
 			EmulatedNodes: rep.Emulated, NoKernel: rep.NoKernel}
 	}
 
+	m.Classes = loss.Classes(g, spec)
 	train, err := trainingGraph(g, spec, trainable, m)
 	if err != nil {
 		return nil, err

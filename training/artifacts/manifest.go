@@ -156,6 +156,9 @@ type Manifest struct {
 	// Recompute is the policy the training graph was built with: which
 	// forward values its backward recomputes (autodiff.RecomputePolicies).
 	Recompute string `json:"recompute,omitempty"`
+	// Classes is a cross-entropy loss's class count (its logits' axis 1);
+	// 0 for other losses. Setup checks a class-folder dataset against it.
+	Classes int `json:"classes,omitempty"`
 	// Notes records assumptions the graphs bake in (fixed sizes...).
 	Notes []string `json:"notes,omitempty"`
 }

@@ -20,6 +20,34 @@ var labelNames = []string{"target", "soft_label", "label", "labels"}
 // index: the one Feeds names, else the one of the same name, else, for
 // "target", a loader's labels.
 func (f Feeds) Source(name string, b *Batch) (*Tensor, int, error) {
+	names := make([]string, len(b.Tensors))
+	for k, t := range b.Tensors {
+		names[k] = t.Name
+	}
+	k, err := f.pick(name, names)
+	if err != nil {
+		return nil, -1, err
+	}
+	return b.Tensors[k], k, nil
+}
+
+// SourceSpec is Source for a dataset's sample specs: what feeds graph
+// input name, before any batch is loaded.
+func (f Feeds) SourceSpec(name string, specs []TensorSpec) (TensorSpec, error) {
+	names := make([]string, len(specs))
+	for k, s := range specs {
+		names[k] = s.Name
+	}
+	k, err := f.pick(name, names)
+	if err != nil {
+		return TensorSpec{}, err
+	}
+	return specs[k], nil
+}
+
+// pick finds the index among the loader's tensor names of the one feeding
+// graph input name.
+func (f Feeds) pick(name string, have []string) (int, error) {
 	cands := []string{name}
 	if src, ok := f[name]; ok {
 		cands = []string{src}
@@ -27,20 +55,16 @@ func (f Feeds) Source(name string, b *Batch) (*Tensor, int, error) {
 		cands = labelNames
 	}
 	for _, c := range cands {
-		for k, t := range b.Tensors {
-			if t.Name == c {
-				return t, k, nil
+		for k, h := range have {
+			if h == c {
+				return k, nil
 			}
 		}
 	}
-	var have []string
-	for _, t := range b.Tensors {
-		have = append(have, t.Name)
-	}
 	if src, ok := f[name]; ok {
-		return nil, -1, fmt.Errorf("data.feeds: the model's input %q is to be fed by %q, but the data loader gives only %s", name, src, strings.Join(have, ", "))
+		return -1, fmt.Errorf("data.feeds: the model's input %q is to be fed by %q, but the data loader gives only %s", name, src, strings.Join(have, ", "))
 	}
-	return nil, -1, fmt.Errorf("the model takes input %q, but the data loader gives only %s; map them with [data.feeds] %s = \"NAME\"", name, strings.Join(have, ", "), name)
+	return -1, fmt.Errorf("the model takes input %q, but the data loader gives only %s; map them with [data.feeds] %s = \"NAME\"", name, strings.Join(have, ", "), name)
 }
 
 // ClassIndices returns the batch's class indices (int64), for accuracy:

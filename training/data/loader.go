@@ -85,8 +85,10 @@ type Batch struct {
 	Indices []int
 	// Cursor is where the loader resumes after this batch.
 	Cursor Cursor
-	// Skipped counts the samples of this batch dropped as bad files.
-	Skipped int
+	// Skipped counts the samples of this batch dropped as bad files, and
+	// those of the batches before it that were dropped whole
+	// (SkippedBefore).
+	Skipped, SkippedBefore int
 	// Wait is how long Next blocked for this batch: time the trainer's
 	// accelerator starved on data.
 	Wait time.Duration
@@ -95,6 +97,9 @@ type Batch struct {
 	done    chan error
 	samples []int // rows per tensor before truncation
 }
+
+// Epoch is the epoch the batch's samples come from.
+func (b *Batch) Epoch() int { return b.at.Epoch }
 
 // Tensor returns the batch's tensor called name, or nil.
 func (b *Batch) Tensor(name string) *Tensor {
@@ -250,6 +255,7 @@ func (l *Loader) Next() (*Batch, error) {
 		l.start()
 	}
 	t0 := time.Now()
+	carried := 0 // the bad samples of batches dropped whole
 	for {
 		b, ok := <-l.order
 		if !ok {
@@ -265,9 +271,12 @@ func (l *Loader) Next() (*Batch, error) {
 		l.next = b.Cursor
 		l.skipped.Add(int64(b.Skipped))
 		if len(b.Indices) == 0 { // every sample was a bad file
+			carried += b.Skipped
 			l.free <- b
 			continue
 		}
+		b.Skipped += carried
+		b.SkippedBefore = carried
 		b.Wait = time.Since(t0)
 		l.wait.Add(int64(b.Wait))
 		l.batches.Add(1)

@@ -61,6 +61,22 @@ type Spec struct {
 	SoftTargets bool `json:"soft_targets,omitempty"`
 }
 
+// Classes is the class count a cross_entropy spec scores over in g (the
+// prediction's axis 1); 0 for other losses or an unknown count.
+func Classes(g *graph.Graph, spec Spec) int {
+	if spec.Kind != CrossEntropy {
+		return 0
+	}
+	pred := spec.Output
+	if pred == "" && len(g.Outputs) > 0 {
+		pred = g.Outputs[0]
+	}
+	if pi := g.Info(pred); pi.Known && pi.Rank() >= 2 && pi.Shape[1] > 0 {
+		return int(pi.Shape[1])
+	}
+	return 0
+}
+
 // Error is a loss specification ortrain cannot apply.
 type Error struct{ Msg string }
 

@@ -294,6 +294,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 			return nil, &config.Error{Key: "model.loss", Msg: err.Error()}
 		}
 		spec.SoftTargets = mixes
+		m.Classes = loss.Classes(g, spec)
 		if m.Data, err = inputs(g, spec); err != nil {
 			return nil, &config.Error{Key: "model.loss", Msg: err.Error()}
 		}
@@ -440,9 +441,17 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 		LimitIsRAM: d.MemoryLimit == 0}
 	if pd.Unopened == "" {
 		train, val, err := setup.Datasets(c, m)
+		var bad interface{ BadInput() bool }
+		if err != nil && errors.As(err, &bad) && bad.BadInput() {
+			// Data that is there but laid out wrong: train refuses it.
+			p.Refusals = append(p.Refusals, err.Error())
+		}
 		if err != nil {
 			pd.Unopened = "cannot open the data: " + err.Error()
 		} else {
+			if err := setup.CheckData(c, m, train, val); err != nil {
+				p.Refusals = append(p.Refusals, err.Error())
+			}
 			pd.TrainSamples = train.Len()
 			if val != nil {
 				pd.ValSamples = val.Len()

@@ -136,6 +136,8 @@ func (p *Plan) WriteText(w io.Writer) error {
 		ck = fmt.Sprintf("every %s steps, %s", thousands(s.CheckpointEvery), ck)
 	}
 	switch {
+	case s.SaveTopK < 0:
+		ck += "; keep every one (save_top_k = -1)"
 	case s.Monitor != "" && s.SaveTopK != 0:
 		ck += fmt.Sprintf("; keep the %s best by %s (%s) and the newest", topK(s.SaveTopK), s.Monitor, s.Mode)
 	default:

@@ -61,14 +61,23 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		if d.Images.Layout == "NHWC" {
 			layout = images.NHWC
 		}
-		open := func(root string, isTrain bool) (data.Dataset, error) {
-			items, _, err := images.Folders(root)
-			if err != nil {
-				return nil, err
+		// Validation's class folders are labelled by their names' positions
+		// in training's sorted list, as a fixed class_to_idx would: a val
+		// folder lacking a class keeps the others' labels, and one with a
+		// class training lacks is refused. Without data.train (only
+		// reachable past config.Resolve, which requires it) val numbers its
+		// own classes.
+		var trainItems []images.Item
+		var classes []string
+		if d.Train != "" {
+			if trainItems, classes, err = imageFolders("data.train", d.Train, nil); err != nil {
+				return nil, nil, err
 			}
+		}
+		open := func(items []images.Item, isTrain bool) (data.Dataset, error) {
 			raN, raM := d.Images.RandAugment()
 			cfg := images.Config{Train: isTrain, Size: d.Images.Size, Resize: d.Images.ValResize, Layout: layout, RandomErase: d.Images.RandomErase,
-				AutoAugment: images.AutoAugments[d.Images.AutoAugment], RandAugmentN: raN, RandAugmentM: raM}
+				AutoAugment: images.AutoAugments[d.Images.AutoAugment], RandAugmentN: raN, RandAugmentM: raM, ClassNames: classes}
 			if d.Images.Mixes() {
 				// Train and validation give class probabilities for the
 				// soft-target loss (one-hot where nothing mixes them).
@@ -80,34 +89,56 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			}
 			return images.New(items, cfg)
 		}
-		if train, err = open(d.Train, true); err == nil && d.Val != "" {
-			val, err = open(d.Val, false)
+		if d.Train != "" {
+			if train, err = open(trainItems, true); err != nil {
+				return nil, nil, err
+			}
+		}
+		if d.Val != "" {
+			var valItems []images.Item
+			if valItems, classes, err = imageFolders("data.val", d.Val, classes); err != nil {
+				return nil, nil, err
+			}
+			val, err = open(valItems, false)
 		}
 		return train, val, err
 	case config.KindVolumes:
 		v := d.Volumes
-		cfg := volumes.Config{TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients, SkipBadFiles: d.SkipBadFiles,
+		if err := checkTrainSplit(c); err != nil {
+			return nil, nil, err
+		}
+		// Patients are the top-level entries of the data folder (see
+		// volumes.Patient). With data.val, every patient of data.train
+		// trains: train_split splits data.train only without it.
+		cfg := volumes.Config{Root: d.Train, TrainSplit: v.TrainSplit, SplitSeed: uint64(c.Seed), MaxPatients: v.MaxPatients, SkipBadFiles: d.SkipBadFiles,
 			PatchSize: xyz(v.PatchSize), Stride: xyz(v.Stride), CacheBytes: VolumeCacheBytes(c)}
+		if d.Val != "" {
+			cfg.TrainSplit = 1
+		}
 		if len(v.Window) == 2 {
 			cfg.Window = volumes.Window{Low: float32(v.Window[0]), High: float32(v.Window[1])}
 		}
-		if cfg.Files, err = volumes.Find(d.Train); err != nil {
+		if cfg.Files, err = findVolumes("data.train", d.Train); err != nil {
 			return nil, nil, err
 		}
-		if train, err = volumes.New(cfg); err != nil {
+		if train, err = openVolumes(c, "data.train", cfg); err != nil {
 			return nil, nil, err
 		}
 		switch {
 		case d.Val != "":
-			cfg.TrainSplit, cfg.MaxPatients = 1, 0
-			if cfg.Files, err = volumes.Find(d.Val); err == nil {
-				val, err = volumes.New(cfg)
+			cfg.Root, cfg.MaxPatients = d.Val, 0
+			if cfg.Files, err = findVolumes("data.val", d.Val); err != nil {
+				return nil, nil, err
 			}
+			val, err = openVolumes(c, "data.val", cfg)
 		case v.TrainSplit < 1:
 			cfg.Val = true
-			val, err = volumes.New(cfg)
+			val, err = openVolumes(c, "data.train", cfg)
 		}
-		return train, val, err
+		if err != nil {
+			return nil, nil, err
+		}
+		return train, val, nil
 	case config.KindTokens:
 		if err := checkSegments(c); err != nil {
 			return nil, nil, err
@@ -317,11 +348,6 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	if mc.ONNX == "" && mc.Recipe == "" {
 		return "", nil, &config.Error{Key: "model", Msg: "name prebuilt artifacts (model.artifacts), a forward model (model.onnx) or a built-in recipe (model.recipe)"}
 	}
-	if mc.ONNX != "" {
-		if _, err := os.Stat(mc.ONNX); err != nil {
-			return "", nil, &config.Error{Key: "model.onnx", Msg: err.Error()}
-		}
-	}
 	// A run directory keeps the artifacts of each configuration it trained
 	// under: "artifacts" for the first, "artifacts-<hash>" for one a
 	// resume changed (discriminators turned on), so each checkpoint's
@@ -343,7 +369,12 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		if err := matches(dir, m); err != nil {
 			return "", nil, err
 		}
-		return dir, m, nil // built by the run being resumed
+		return dir, m, nil // built by the run being resumed: eval, export and resume need no model.onnx
+	}
+	if mc.ONNX != "" {
+		if _, err := os.Stat(mc.ONNX); err != nil {
+			return "", nil, &config.Error{Key: "model.onnx", Msg: err.Error()}
+		}
 	}
 	o := c.Optimizer
 	// The resolved config holds every value: a zero weight decay is zero.
@@ -420,4 +451,65 @@ func LoaderConfig(c *config.Config, train bool) data.Config {
 		cfg.Mix = mixer.Mix
 	}
 	return cfg
+}
+
+// imageFolders lists the class folders at path, the value of config key
+// key: numbered in sorted order with classes nil (returned), else labelled
+// by their names' positions in classes. A path not laid out as class
+// folders of images is a config error naming the key.
+func imageFolders(key, path string, classes []string) ([]images.Item, []string, error) {
+	var items []images.Item
+	var err error
+	if classes == nil {
+		items, classes, err = images.Folders(path)
+	} else {
+		items, err = images.MapFolders(path, classes)
+	}
+	if fe, ok := err.(*images.FolderError); ok {
+		return nil, nil, &config.Error{Key: key, Msg: fe.Error()}
+	}
+	return items, classes, err
+}
+
+// checkTrainSplit refuses data.volumes.train_split set below 1 beside
+// data.val, which replaces the split: the user meant one or the other.
+// Only a value other than the default is refused, since a run's saved
+// config.toml (read back by --config) holds every key, the default
+// train_split included, and must reproduce the run.
+func checkTrainSplit(c *config.Config) error {
+	v := c.Data.Volumes
+	if c.Data.Val == "" || v.TrainSplit >= 1 || !c.IsSet("data.volumes.train_split") || v.TrainSplit == config.Default().Data.Volumes.TrainSplit {
+		return nil
+	}
+	return &config.Error{Key: "data.volumes.train_split", Msg: fmt.Sprintf("%g would split data.train into training and validation patients, but data.val = %s is the validation set and every data.train patient trains; drop data.volumes.train_split, or data.val to validate on a split of data.train",
+		v.TrainSplit, c.Data.Val)}
+}
+
+// findVolumes lists the volume files of the data folder that key names;
+// a folder that is missing or holds none is a config error naming key
+// and the folder's absolute path.
+func findVolumes(key, dir string) ([]string, error) {
+	files, err := volumes.Find(dir)
+	if err != nil {
+		return nil, &config.Error{Key: key, Msg: err.Error()}
+	}
+	return files, nil
+}
+
+// openVolumes makes the volumes dataset of cfg from the folder key names.
+// A split that leaves validation without a patient is a config error.
+func openVolumes(c *config.Config, key string, cfg volumes.Config) (*volumes.Dataset, error) {
+	ds, err := volumes.New(cfg)
+	if se, ok := err.(*volumes.SplitError); ok && se.Val {
+		of := fmt.Sprintf("%d patient", se.Patients)
+		if m := c.Data.Volumes.MaxPatients; m > 0 {
+			of += fmt.Sprintf(" (data.volumes.max_patients = %d)", m)
+		}
+		return nil, &config.Error{Key: "data.val", Msg: fmt.Sprintf("not set, and data.volumes.train_split = %g of the %s in data.train = %s leaves none for validation: set data.val to a validation folder, or data.volumes.train_split = 1 to train without validation",
+			se.TrainSplit, of, c.Data.Train)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ds, nil
 }

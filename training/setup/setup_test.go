@@ -1,12 +1,16 @@
 package setup
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/graph"
 )
 
 // TestArtifactsPerConfiguration: a run directory keeps one artifact set
@@ -61,5 +65,42 @@ max_steps = 1
 	}
 	if len(m2.Params) <= len(m1.Params) || m2.StepInput == "" || len(m3.Params) != len(m1.Params) {
 		t.Errorf("parameters %d (L1), %d (GAN), %d (L1 again): the GAN set must have the discriminators and the step input", len(m1.Params), len(m2.Params), len(m3.Params))
+	}
+}
+
+// TestArtifactsWithoutTheModelFile: a run trained from model.onnx keeps
+// its artifacts; eval, export and resume find them there after the ONNX
+// file has moved, and only a build needs the file.
+func TestArtifactsWithoutTheModelFile(t *testing.T) {
+	orttest.Init(t)
+	rm, err := models.Build("resnet", map[string]any{"depth": int64(18), "width": int64(4), "classes": int64(3), "image_size": int64(32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "resnet.onnx")
+	if err := rm.Graph.Save(model, graph.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse([]byte("name = \"a\"\n[model]\nonnx = \""+model+"\"\nloss = \"cross_entropy\"\n[data]\nkind = \"synthetic\"\n[trainer]\nmax_steps = 1\n"), "a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	run := t.TempDir()
+	built, _, err := Artifacts(c, run, ort.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(model); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, err := Artifacts(c, run, ort.Options{}); err != nil || again != built {
+		t.Errorf("the run's own artifacts without the model file: %s, %v; want %s", again, err, built)
+	}
+	var ce *config.Error
+	if _, _, err := Artifacts(c, t.TempDir(), ort.Options{}); !errors.As(err, &ce) || ce.Key != "model.onnx" {
+		t.Errorf("a new build without the model file: %v; want a config error on model.onnx", err)
 	}
 }

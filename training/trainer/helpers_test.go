@@ -185,7 +185,7 @@ func (r *recorder) OnTrainEnd(*callback.State) error { r.trainEnd = true; return
 
 // build makes a trainer for c in run directory dir (a new version when
 // dir is ""), resuming from resume; the blobs datasets unless ds gives the
-// training set. Cleanup closes both.
+// training set (and then the validation set). Cleanup closes both.
 func build(t testing.TB, c *config.Config, dir, resume string, cbs []callback.Callback, ds ...data.Dataset) (*Trainer, *rundir.Dir) {
 	t.Helper()
 	var rd *rundir.Dir
@@ -202,6 +202,9 @@ func build(t testing.TB, c *config.Config, dir, resume string, cbs []callback.Ca
 	train, val := data.Dataset(newBlobs(96, 1)), data.Dataset(newBlobs(40, 2))
 	if len(ds) > 0 {
 		train = ds[0]
+	}
+	if len(ds) > 1 {
+		val = ds[1]
 	}
 	opts, err := c.SessionOptions(false)
 	if err != nil {

@@ -247,11 +247,11 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 	// A batch that does not load (a corrupt image, a truncated volume)
 	// fails before the step's update: the steps done are whole, and are
 	// checkpointed as the end of the run, at the data position where that
-	// step began.
+	// step began (for validation data, after the step validated).
 	var de *DataError
 	if errors.As(err, &de) {
 		t.cursor = de.cursor
-		s.StopReason = "stopped on bad training data; checkpoint written"
+		s.StopReason = fmt.Sprintf("stopped on bad %s data; checkpoint written", de.what())
 	}
 	s.Failed = err != nil && de == nil
 	return errors.Join(err, t.callbacks.OnTrainEnd(s))
@@ -348,15 +348,23 @@ func (t *Trainer) anyRank(flag bool) (bool, error) {
 	return v[0] > 0, err
 }
 
-// DataError is a training batch that could not be loaded; the message
-// names the file. It is the user's to fix (exit 2), and the run ends with
-// a checkpoint of the steps done.
+// DataError is a training or validation batch that could not be loaded;
+// the message names the file. It is the user's to fix (exit 2), and the
+// run ends with a checkpoint of the steps done.
 type DataError struct {
-	Err    error
-	cursor data.Cursor // where the failed step began
+	Err        error
+	Validation bool
+	cursor     data.Cursor // where training resumes
 }
 
-func (e *DataError) Error() string  { return "training data: " + e.Err.Error() }
+func (e *DataError) what() string {
+	if e.Validation {
+		return "validation"
+	}
+	return "training"
+}
+
+func (e *DataError) Error() string  { return e.what() + " data: " + e.Err.Error() }
 func (e *DataError) Unwrap() error  { return e.Err }
 func (e *DataError) BadInput() bool { return true }
 
@@ -462,11 +470,18 @@ func (t *Trainer) validate() error {
 		n = lim
 	}
 	vm := validation.New(t.eng.m, t.cfg)
+	skipped := []float64{0}
 	for range n {
 		b, err := t.val.Next()
 		if err != nil {
-			return fmt.Errorf("validation data: %w", err)
+			return &DataError{Err: err, Validation: true, cursor: t.cursor}
 		}
+		if b.Epoch() != 0 {
+			// Batches of bad files were dropped whole: the set is done.
+			skipped[0] += float64(b.SkippedBefore)
+			break
+		}
+		skipped[0] += float64(b.Skipped)
 		rows, err := t.eng.evalData.load(b, t.eng.allEval)
 		if err != nil {
 			return err
@@ -491,9 +506,16 @@ func (t *Trainer) validate() error {
 		if err := vm.Reduce(t.comm.SumFloat64); err != nil {
 			return err
 		}
+		if err := t.comm.SumFloat64(skipped); err != nil {
+			return err
+		}
 	}
 	out := map[string]float64{}
 	vm.Report(out)
+	if t.cfg.Data.SkipBadFiles {
+		// The metrics above are over fewer samples than the set holds.
+		out["val/skipped_samples"] = skipped[0]
+	}
 	return t.callbacks.OnValidationEnd(&t.state, out)
 }
 
@@ -563,6 +585,12 @@ func (t *Trainer) restore(dir string, log io.Writer) error {
 	}
 	t.sched, t.updates = ss.Schedule, ss.Updates
 	t.state.Step, t.state.Epoch = st.Step, int64(t.cursor.Epoch)
+	// The schedule continues as the checkpoint planned it (a resume is
+	// the same run); a longer run is said to train past its end.
+	if sc := t.sched; sc.Name != "constant" && sc.TotalSteps > 0 && t.state.MaxSteps > sc.TotalSteps && log != nil {
+		fmt.Fprintf(log, "ortrain: the learning-rate schedule continues as the run began it, %s over %d steps: steps %d to %d train at its final LR, %g; to decay over the longer run, start a new run from this checkpoint's weights (model.init_weights)\n",
+			sc.Name, sc.TotalSteps, max(sc.TotalSteps, st.Step)+1, t.state.MaxSteps, sc.LR(sc.TotalSteps))
+	}
 	return t.callbacks.Restore(st.Callbacks)
 }
 

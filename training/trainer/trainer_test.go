@@ -759,6 +759,77 @@ func TestBadTrainingData(t *testing.T) {
 	}
 }
 
+// TestBadValidationData: a validation sample that cannot be loaded stops
+// the run as bad training data does, with the steps done checkpointed and
+// resumable after the step that validated; with data.skip_bad_files it is
+// counted as val/skipped_samples.
+func TestBadValidationData(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.checkpoint_every_n_steps=0", "data.shuffle=false", "trainer.val_check_interval=3", "trainer.max_steps=6")
+	rec := &recorder{}
+	dir, err := run(t, c, "", "", rec, newBlobs(96, 1), badSample{newBlobs(40, 2), 20})
+	var de *DataError
+	var bi interface{ BadInput() bool }
+	if !errors.As(err, &de) || !de.Validation || !strings.HasPrefix(err.Error(), "validation data: /data/train/sample-20.jpg") || !errors.As(err, &bi) || !bi.BadInput() {
+		t.Fatalf("err = %v, want bad validation data naming the file", err)
+	}
+	ck, err := checkpoint.Latest(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatalf("no checkpoint of the steps done: %v", err)
+	}
+	st, err := checkpoint.ReadState(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur data.Cursor
+	if err := json.Unmarshal(st.Loader, &cur); err != nil || st.Step != 3 || cur.Position != 6 {
+		t.Errorf("checkpoint at step %d, data position %+v (%v); want step 3 at batch 6", st.Step, cur, err)
+	}
+
+	c = testConfig(t, mlpArtifacts(t), "data.skip_bad_files=true", "data.shuffle=false", "trainer.val_check_interval=3", "trainer.max_steps=6")
+	rec = &recorder{}
+	if _, err := run(t, c, "", "", rec, newBlobs(96, 1), badSample{newBlobs(40, 2), 20}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.valMetrics) != 2 || rec.valMetrics[1]["val/skipped_samples"] != 1 {
+		t.Errorf("validations %v; want two, each with val/skipped_samples 1", rec.valMetrics)
+	}
+
+	// The last batch all bad files: dropped whole, counted, and validation
+	// ends with the set rather than going on into its next pass.
+	rec = &recorder{}
+	if _, err := run(t, c, "", "", rec, newBlobs(96, 1), badRange{newBlobs(40, 2), 32, 40}); err != nil {
+		t.Fatal(err)
+	}
+	first32 := &recorder{}
+	if _, err := run(t, c, "", "", first32, newBlobs(96, 1), firstN{newBlobs(40, 2), 32}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.valMetrics) != 2 || rec.valMetrics[1]["val/skipped_samples"] != 8 || rec.valMetrics[1]["val/loss"] != first32.valMetrics[1]["val/loss"] {
+		t.Errorf("validations %v; want val/skipped_samples 8 and the val/loss of the first 32 samples, %v", rec.valMetrics, first32.valMetrics[1]["val/loss"])
+	}
+}
+
+// badRange fails to load samples lo to hi-1.
+type badRange struct {
+	*blobs
+	lo, hi int
+}
+
+func (b badRange) Load(i int, rng *rand.Rand, dst data.Sample) error {
+	if i >= b.lo && i < b.hi {
+		return fmt.Errorf("/data/val/sample-%d.jpg: not a JPEG", i)
+	}
+	return b.blobs.Load(i, rng, dst)
+}
+
+// firstN is the first n samples of a dataset.
+type firstN struct {
+	*blobs
+	n int
+}
+
+func (f firstN) Len() int { return f.n }
+
 // TestSkipBadFiles: with data.skip_bad_files the run goes on past a
 // sample that cannot be loaded, and counts it.
 func TestSkipBadFiles(t *testing.T) {
@@ -770,5 +841,41 @@ func TestSkipBadFiles(t *testing.T) {
 	last := rec.results[len(rec.results)-1]
 	if len(rec.results) != 6 || last.Metrics["data/skipped_samples"] != 1 {
 		t.Errorf("%d steps, skipped %v; want 6 and 1", len(rec.results), last.Metrics["data/skipped_samples"])
+	}
+}
+
+// TestResumePastTheSchedule: a resume that trains past the end of the
+// schedule the run began with says so, with the LR those steps get.
+func TestResumePastTheSchedule(t *testing.T) {
+	art := mlpArtifacts(t)
+	c := testConfig(t, art, "trainer.max_steps=4", "scheduler.min_lr=0.0001")
+	dir, err := run(t, c, "", "", &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := rundir.Resume(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	longer := testConfig(t, art, "trainer.max_steps=6", "scheduler.min_lr=0.0001")
+	opts, err := longer.SessionOptions(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	tr, err := New(Options{Config: longer, Artifacts: art, Session: opts, Train: newBlobs(96, 1), Val: newBlobs(40, 2), Dir: rd,
+		Resume: filepath.Join(dir, "checkpoints", "last"), Progress: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	said, _ := os.ReadFile(log.Name())
+	if want := "cosine over 4 steps: steps 5 to 6 train at its final LR, 0.0001"; !strings.Contains(string(said), want) {
+		t.Errorf("resume log %q; want it to say %q", said, want)
 	}
 }

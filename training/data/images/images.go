@@ -1,5 +1,6 @@
 // Package images loads ImageNet-style classification data for ResNet-50:
-// class folders or file lists of JPEG and PNG files, RandomResizedCrop and
+// class folders (as torchvision's ImageFolder reads them) or file lists of
+// JPEG, PNG, BMP, TIFF, WebP and PPM/PGM files, RandomResizedCrop and
 // horizontal flip for training, resize-then-center-crop for validation,
 // normalised float32 in NCHW or NHWC. JPEGs decode through libjpeg-turbo
 // with DCT scaling and cropping, which BenchmarkDecode measures at several
@@ -8,12 +9,10 @@ package images
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"image"
-	"image/jpeg"
-	"image/png"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -30,38 +29,6 @@ import (
 type Item struct {
 	Path  string
 	Label int
-}
-
-// Folders lists root/<class>/<image> with classes numbered in sorted order,
-// as torchvision's ImageFolder does. Files other than .jpg, .jpeg and .png
-// (any case) are ignored.
-func Folders(root string) ([]Item, []string, error) {
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		return nil, nil, err
-	}
-	var items []Item
-	var classes []string
-	for _, d := range dirs {
-		if !d.IsDir() {
-			continue
-		}
-		files, err := os.ReadDir(filepath.Join(root, d.Name()))
-		if err != nil {
-			return nil, nil, err
-		}
-		label := len(classes)
-		classes = append(classes, d.Name())
-		for _, f := range files {
-			if ext := strings.ToLower(filepath.Ext(f.Name())); !f.IsDir() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png") {
-				items = append(items, Item{filepath.Join(root, d.Name(), f.Name()), label})
-			}
-		}
-	}
-	if len(items) == 0 {
-		return nil, nil, fmt.Errorf("%s: no .jpg, .jpeg or .png files in class folders", root)
-	}
-	return items, classes, nil
 }
 
 // List reads a file list: lines of "path label", paths relative to root.
@@ -135,13 +102,18 @@ type Config struct {
 	// Classes > 0 adds "soft_label", float32 [Classes]: the label one-hot,
 	// which MixUp and CutMix (Mixer) then mix across the batch.
 	Classes int
+	// ClassNames names the classes by label: the training set's list from
+	// Folders, which MapFolders labels a validation set by. Every label
+	// must index it. Nil for a file list, whose classes have no names.
+	ClassNames []string
 }
 
 // Dataset is a data.Dataset of "image" float32 [3, Size, Size] (or
 // [Size, Size, 3] for NHWC) and "label" int64 (a scalar: [N] once batched).
 type Dataset struct {
-	items []Item
-	cfg   Config
+	items      []Item
+	cfg        Config
+	numClasses int
 	// scratch keeps per-goroutine decode buffers so that warm loading does
 	// not allocate them per image.
 	scratch sync.Pool
@@ -172,8 +144,25 @@ func New(items []Item, cfg Config) (*Dataset, error) {
 	if cfg.AutoAugment < NoAutoAugment || cfg.AutoAugment > RandAugment || cfg.RandAugmentN < 1 || cfg.RandAugmentM < 0 || cfg.RandAugmentM >= MagnitudeBins {
 		return nil, fmt.Errorf("images: auto-augment policy %d with %d ops at bin %d of 0–%d", cfg.AutoAugment, cfg.RandAugmentN, cfg.RandAugmentM, MagnitudeBins-1)
 	}
-	return &Dataset{items: items, cfg: cfg, scratch: sync.Pool{New: func() any { return new(scratch) }}}, nil
+	numClasses := len(cfg.ClassNames)
+	for _, it := range items {
+		if cfg.ClassNames != nil && it.Label >= len(cfg.ClassNames) {
+			return nil, fileError(it.Path, fmt.Errorf("label %d, but there are %d class names", it.Label, len(cfg.ClassNames)))
+		}
+		numClasses = max(numClasses, it.Label+1)
+	}
+	return &Dataset{items: items, cfg: cfg, numClasses: numClasses, scratch: sync.Pool{New: func() any { return new(scratch) }}}, nil
 }
+
+// ClassNames names the classes by label (Config.ClassNames): for class
+// folders, the training set's sorted class folder names, also for a
+// validation set that lacks some of them. Nil for a file list.
+func (d *Dataset) ClassNames() []string { return d.cfg.ClassNames }
+
+// NumClasses is the number of classes the labels index: len(ClassNames()),
+// or for a file list the largest label + 1. A model needs at least as many
+// outputs.
+func (d *Dataset) NumClasses() int { return d.numClasses }
 
 type scratch struct {
 	file, rgb []byte
@@ -209,17 +198,17 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 	defer d.scratch.Put(sc)
 	f, err := os.Open(it.Path)
 	if err != nil {
-		return err
+		return fileError(it.Path, err)
 	}
 	sc.file, err = readAll(f, sc.file[:0])
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(it.Path), err)
+		return fileError(it.Path, err)
 	}
 	var reg region
 	reg, sc.rgb, err = d.decode(sc.file, rng, sc.rgb)
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(it.Path), err)
+		return fileError(it.Path, err)
 	}
 	flip := d.cfg.Train && rng.IntN(2) == 1
 	if d.cfg.Train && d.cfg.AutoAugment != NoAutoAugment {
@@ -233,13 +222,26 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 	dst[1].I64[0] = int64(it.Label)
 	if d.cfg.Classes > 0 {
 		if it.Label >= d.cfg.Classes {
-			return fmt.Errorf("%s: label %d, but the model has %d classes", filepath.Base(it.Path), it.Label, d.cfg.Classes)
+			return fileError(it.Path, fmt.Errorf("label %d, but the model has %d classes", it.Label, d.cfg.Classes))
 		}
 		soft := dst[2].F32
 		clear(soft)
 		soft[it.Label] = 1
 	}
 	return nil
+}
+
+// fileError is err about the image at path, naming its absolute path:
+// base names such as 1.jpg repeat in every class folder of an
+// ImageNet-style tree.
+func fileError(path string, err error) error {
+	if abs, aerr := filepath.Abs(path); aerr == nil {
+		path = abs
+	}
+	if pe, ok := err.(*fs.PathError); ok {
+		err = pe.Err // the path once, absolute
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 // normalisation is the per-channel scale and bias taking [0, 255] pixels
@@ -338,8 +340,7 @@ type region struct {
 // decode picks the crop in source pixels, decodes as little of the image as
 // the crop needs and returns the crop as a region of RGB pixels.
 func (d *Dataset) decode(file []byte, rng *rand.Rand, buf []byte) (region, []byte, error) {
-	isJPEG := len(file) > 2 && file[0] == 0xff && file[1] == 0xd8
-	if isJPEG && d.cfg.Decoder == LibJPEGTurbo {
+	if isJPEG(file) && d.cfg.Decoder == LibJPEGTurbo {
 		W, H, err := turboInfo(file)
 		if err != nil {
 			return region{}, buf, err
@@ -365,13 +366,7 @@ func (d *Dataset) decode(file []byte, rng *rand.Rand, buf []byte) (region, []byt
 		}
 		return region{pix: rgb, stride: 3 * ow, cols: ow, rows: y1 - y0, x: x*s - float64(ox), y: y*s - float64(y0), w: w * s, h: h * s}, rgb, nil
 	}
-	var img image.Image
-	var err error
-	if isJPEG {
-		img, err = jpeg.Decode(bytes.NewReader(file))
-	} else {
-		img, err = png.Decode(bytes.NewReader(file))
-	}
+	img, err := decodeImage(file)
 	if err != nil {
 		return region{}, buf, err
 	}
@@ -519,42 +514,4 @@ type tap struct {
 type hrow struct {
 	src int
 	v   []float32
-}
-
-// toRGB copies rect of img into buf as packed RGB, with a fast path for
-// the YCbCr images image/jpeg returns.
-func toRGB(img image.Image, rect image.Rectangle, buf []byte) []byte {
-	n := 3 * rect.Dx() * rect.Dy()
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	i := 0
-	if yc, ok := img.(*image.YCbCr); ok {
-		for y := rect.Min.Y; y < rect.Max.Y; y++ {
-			for x := rect.Min.X; x < rect.Max.X; x++ {
-				yi, ci := yc.YOffset(x, y), yc.COffset(x, y)
-				r, g, b := ycbcrToRGB(yc.Y[yi], yc.Cb[ci], yc.Cr[ci])
-				buf[i], buf[i+1], buf[i+2] = r, g, b
-				i += 3
-			}
-		}
-		return buf
-	}
-	for y := rect.Min.Y; y < rect.Max.Y; y++ {
-		for x := rect.Min.X; x < rect.Max.X; x++ {
-			r, g, b, _ := img.At(x, y).RGBA()
-			buf[i], buf[i+1], buf[i+2] = byte(r>>8), byte(g>>8), byte(b>>8)
-			i += 3
-		}
-	}
-	return buf
-}
-
-// ycbcrToRGB is JFIF's conversion in 16.16 fixed point.
-func ycbcrToRGB(y, cb, cr uint8) (uint8, uint8, uint8) {
-	yy := int32(y) << 16
-	b1, r1 := int32(cb)-128, int32(cr)-128
-	clamp := func(v int32) uint8 { return uint8(min(max((v+1<<15)>>16, 0), 255)) }
-	return clamp(yy + 91881*r1), clamp(yy - 22554*b1 - 46802*r1), clamp(yy + 116130*b1)
 }

@@ -1,7 +1,7 @@
 // Package nifti reads and writes NIfTI-1 and NIfTI-2 volumes (.nii and
 // .nii.gz): the header with its geometry, and the voxels as float32 with
-// scl_slope/scl_inter applied. Malformed input is an error naming the file,
-// never a panic.
+// scl_slope/scl_inter applied. Malformed input is an *Error naming the file
+// (by its absolute path when read from one), never a panic.
 package nifti
 
 import (
@@ -185,7 +185,7 @@ const (
 // how many bytes beyond b a NIfTI-2 header needs.
 func parseHeader(name string, b []byte) (h Header, more int, err error) {
 	if len(b) < 4 {
-		return h, 0, fmt.Errorf("%s: truncated: %d bytes, too short for a NIfTI header", name, len(b))
+		return h, 0, bad(name, "truncated: %d bytes, too short for a NIfTI header", len(b))
 	}
 	var bo binary.ByteOrder = binary.LittleEndian
 	switch {
@@ -193,14 +193,14 @@ func parseHeader(name string, b []byte) (h Header, more int, err error) {
 	case binary.BigEndian.Uint32(b) == size1 || binary.BigEndian.Uint32(b) == size2:
 		bo, h.BigEndian = binary.BigEndian, true
 	default:
-		return h, 0, fmt.Errorf("%s: not NIfTI: sizeof_hdr is %d, want 348 (NIfTI-1) or 540 (NIfTI-2)", name, bo.Uint32(b))
+		return h, 0, bad(name, "not NIfTI: sizeof_hdr is %d, want 348 (NIfTI-1) or 540 (NIfTI-2)", bo.Uint32(b))
 	}
 	want := int(bo.Uint32(b))
 	if len(b) < want {
 		if want == size2 && len(b) >= size1 {
 			return h, size2 - len(b), nil
 		}
-		return h, 0, fmt.Errorf("%s: truncated: %d bytes, the header needs %d", name, len(b), want)
+		return h, 0, bad(name, "truncated: %d bytes, the header needs %d", len(b), want)
 	}
 	i16 := func(o int) int64 { return int64(int16(bo.Uint16(b[o:]))) }
 	i32 := func(o int) int64 { return int64(int32(bo.Uint32(b[o:]))) }
@@ -212,9 +212,9 @@ func parseHeader(name string, b []byte) (h Header, more int, err error) {
 		switch m := string(b[344:348]); m {
 		case magic1:
 		case "ni1\x00":
-			return h, 0, fmt.Errorf("%s: a .hdr/.img pair (magic ni1); only single-file .nii is supported", name)
+			return h, 0, bad(name, "a .hdr/.img pair (magic ni1); only single-file .nii is supported")
 		default:
-			return h, 0, fmt.Errorf("%s: not NIfTI-1: magic %q, want \"n+1\"", name, m)
+			return h, 0, bad(name, "not NIfTI-1: magic %q, want \"n+1\"", m)
 		}
 		h.DimInfo = b[39]
 		for i := range 8 {
@@ -228,7 +228,7 @@ func parseHeader(name string, b []byte) (h Header, more int, err error) {
 		h.SliceStart = i16(74)
 		vox := f32(108)
 		if !(vox >= 0 && vox < 1<<31) {
-			return h, 0, fmt.Errorf("%s: vox_offset %v is not a file offset", name, vox)
+			return h, 0, bad(name, "vox_offset %v is not a file offset", vox)
 		}
 		h.VoxOffset = int64(vox)
 		h.SclSlope, h.SclInter = f32(112), f32(116)
@@ -248,7 +248,7 @@ func parseHeader(name string, b []byte) (h Header, more int, err error) {
 	} else {
 		h.Version = 2
 		if m := string(b[4:12]); m != magic2 {
-			return h, 0, fmt.Errorf("%s: not NIfTI-2: magic %q, want \"n+2\"", name, m)
+			return h, 0, bad(name, "not NIfTI-2: magic %q, want \"n+2\"", m)
 		}
 		i64 := func(o int) int64 { return int64(bo.Uint64(b[o:])) }
 		h.Datatype = Datatype(i16(12))
@@ -286,28 +286,28 @@ const maxVoxels = 1 << 34
 // check rejects headers whose data cannot be read.
 func (h *Header) check(name string) error {
 	if h.Dim[0] < 1 || h.Dim[0] > 7 {
-		return fmt.Errorf("%s: dim[0] is %d, want 1 to 7", name, h.Dim[0])
+		return bad(name, "dim[0] is %d, want 1 to 7", h.Dim[0])
 	}
 	n := int64(1)
 	for i := 1; i <= int(h.Dim[0]); i++ {
 		if h.Dim[i] < 1 || h.Dim[i] > maxVoxels {
-			return fmt.Errorf("%s: dim[%d] is %d", name, i, h.Dim[i])
+			return bad(name, "dim[%d] is %d", i, h.Dim[i])
 		}
 		// Compared before multiplying: two dimensions under the bound can
 		// overflow int64 together.
 		if h.Dim[i] > maxVoxels/n {
-			return fmt.Errorf("%s: %s voxels is more than this reader takes (%d)", name, h.dims(), int64(maxVoxels))
+			return bad(name, "%s voxels is more than this reader takes (%d)", h.dims(), int64(maxVoxels))
 		}
 		n *= h.Dim[i]
 	}
 	if h.Datatype.Size() == 0 {
-		return fmt.Errorf("%s: unsupported datatype %d", name, int16(h.Datatype))
+		return bad(name, "unsupported datatype %d", int16(h.Datatype))
 	}
 	if h.BitPix != 8*h.Datatype.Size() {
-		return fmt.Errorf("%s: bitpix %d does not match datatype %s", name, h.BitPix, h.Datatype)
+		return bad(name, "bitpix %d does not match datatype %s", h.BitPix, h.Datatype)
 	}
 	if min := headerSize(h.Version) + 4; h.VoxOffset < min {
-		return fmt.Errorf("%s: vox_offset %d is inside the header (< %d)", name, h.VoxOffset, min)
+		return bad(name, "vox_offset %d is inside the header (< %d)", h.VoxOffset, min)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -369,5 +370,56 @@ func TestHugeHeaderInTinyGzip(t *testing.T) {
 	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
 		t.Errorf("reading it allocated %d MB", grew>>20)
+	}
+}
+
+// TestGzipTrailerAndPaths: a .nii.gz whose trailer's CRC-32 or size does
+// not match the data inflated is refused (the stream is read to its end);
+// errors name the file's absolute path, as the .npy reader's do, and are
+// bad input.
+func TestGzipTrailerAndPaths(t *testing.T) {
+	dir := t.TempDir()
+	h := geometry()
+	var raw bytes.Buffer
+	if err := Encode("x", &raw, h, make([]float32, h.Voxels())); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	zw.Close()
+	good := gz.Bytes()
+	for name, at := range map[string]int{"crc.nii.gz": len(good) - 8, "size.nii.gz": len(good) - 2} {
+		b := slices.Clone(good)
+		b[at] ^= 0xff
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b, 0o644)
+		if _, err := Read(p); err == nil || !strings.Contains(err.Error(), p+": gzip: invalid checksum") {
+			t.Errorf("%s: %v, want the gzip trailer refused", name, err)
+		}
+	}
+	p := filepath.Join(dir, "cut-trailer.nii.gz")
+	os.WriteFile(p, good[:len(good)-3], 0o644)
+	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), p+": truncated") {
+		t.Errorf("a cut trailer: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "ok.NII.GZ"), good, 0o644)
+	if _, err := Read(filepath.Join(dir, "ok.NII.GZ")); err != nil {
+		t.Errorf("the intact file: %v", err)
+	}
+
+	wd, _ := os.Getwd()
+	defer os.Chdir(wd)
+	os.Chdir(dir)
+	os.WriteFile("junk.nii", make([]byte, 400), 0o644)
+	for _, read := range []func(string) error{
+		func(p string) error { _, err := Read(p); return err },
+		func(p string) error { _, err := ReadHeader(p); return err },
+	} {
+		err := read("junk.nii")
+		var ne *Error
+		if err == nil || !strings.HasPrefix(err.Error(), filepath.Join(dir, "junk.nii")+": not NIfTI") || !errors.As(err, &ne) || !ne.BadInput() {
+			t.Errorf("a relative path: %v, want bad input naming %s", err, filepath.Join(dir, "junk.nii"))
+		}
 	}
 }

@@ -7,9 +7,42 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 )
+
+// Error is a file that is not a NIfTI volume this package reads:
+// malformed, truncated, corrupt, or of a kind it does not take. It names
+// the file (Read and ReadHeader give its absolute path).
+type Error struct {
+	File string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.File + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// BadInput marks the error as the user's to fix (exit code 2), unless the
+// operating system failed to read the file.
+func (e *Error) BadInput() bool {
+	var pe *fs.PathError
+	return !errors.As(e.Err, &pe)
+}
+
+// bad is an *Error naming the file name.
+func bad(name, format string, args ...any) error {
+	return &Error{File: name, Err: fmt.Errorf(format, args...)}
+}
+
+// absolute is path made absolute, for errors that name it.
+func absolute(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
 
 // Volume is a NIfTI volume: its header and its voxels as float32, x varying
 // fastest, with scl_slope and scl_inter applied.
@@ -18,9 +51,12 @@ type Volume struct {
 	Data   []float32
 }
 
-// Read reads a .nii or .nii.gz file (gzip is recognised by content).
+// Read reads a .nii or .nii.gz file (gzip is recognised by content). A
+// gzip stream is read to its end, so that its trailer's CRC-32 and size
+// are checked against the data inflated.
 func Read(path string) (*Volume, error) {
-	f, r, exact, isize, err := open(path)
+	name := absolute(path)
+	f, r, exact, isize, err := open(name)
 	if err != nil {
 		return nil, err
 	}
@@ -35,18 +71,30 @@ func Read(path string) (*Volume, error) {
 	if exact < 0 {
 		limit = st.Size()*1032 + 1<<16
 	}
-	return decode(path, r, exact, isize, limit)
+	v, err := decode(name, r, exact, isize, limit)
+	if err == nil && exact < 0 {
+		// What follows the voxels (usually nothing) is inflated and
+		// dropped; gzip.Reader checks the trailer at the end.
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, bad(name, "truncated: the gzip stream ends before its trailer")
+			}
+			return nil, &Error{File: name, Err: err}
+		}
+	}
+	return v, err
 }
 
 // ReadHeader reads only the header of a .nii or .nii.gz file: what planning
 // patches needs, without inflating the data.
 func ReadHeader(path string) (Header, error) {
-	f, r, _, _, err := open(path)
+	name := absolute(path)
+	f, r, _, _, err := open(name)
 	if err != nil {
 		return Header{}, err
 	}
 	defer f.Close()
-	return readHeader(path, r)
+	return readHeader(name, r)
 }
 
 // Decode reads a NIfTI stream (already inflated); name is used in errors.
@@ -82,7 +130,7 @@ func open(path string) (f *os.File, r *bufio.Reader, exact, isize int64, err err
 	zr, err := gzip.NewReader(br)
 	if err != nil {
 		f.Close()
-		return nil, nil, 0, 0, fmt.Errorf("%s: gzip: %w", path, err)
+		return nil, nil, 0, 0, bad(path, "gzip: %w", err)
 	}
 	return f, bufio.NewReaderSize(zr, 1<<16), -1, isize, nil
 }
@@ -108,9 +156,9 @@ func readHeader(name string, r io.Reader) (Header, error) {
 // streamErr names a short read as truncation and passes others on.
 func streamErr(name string, err error, short string) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%s: truncated: %s", name, short)
+		return bad(name, "truncated: %s", short)
 	}
-	return fmt.Errorf("%s: %w", name, err)
+	return &Error{File: name, Err: err}
 }
 
 // decode reads header and data; exact and isize are as open returns them,
@@ -124,14 +172,17 @@ func decode(name string, r *bufio.Reader, exact, isize, limit int64) (*Volume, e
 	esize := int64(h.Datatype.Size())
 	need := vox * esize
 	skip := h.VoxOffset - headerSize(h.Version)
+	if exact >= 0 && exact < h.VoxOffset {
+		return nil, bad(name, "truncated: vox_offset is %d but the file ends at %d", h.VoxOffset, exact)
+	}
 	if exact >= 0 && exact < h.VoxOffset+need {
-		return nil, truncated(name, &h, max(0, exact-h.VoxOffset))
+		return nil, truncated(name, &h, exact-h.VoxOffset)
 	}
 	if n, err := r.Discard(int(skip)); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: truncated: vox_offset is %d but the file ends at %d", name, h.VoxOffset, headerSize(h.Version)+int64(n))
+			return nil, bad(name, "truncated: vox_offset is %d but the file ends at %d", h.VoxOffset, headerSize(h.Version)+int64(n))
 		}
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, &Error{File: name, Err: err}
 	}
 	// Allocate all at once when the size is known, or the gzip trailer
 	// agrees with the header and the compressed size can hold that much;
@@ -157,7 +208,7 @@ func decode(name string, r *bufio.Reader, exact, isize, limit int64) (*Volume, e
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return nil, truncated(name, &h, got)
 			}
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, &Error{File: name, Err: err}
 		}
 	}
 	scale(data, h.SclSlope, h.SclInter)
@@ -166,7 +217,7 @@ func decode(name string, r *bufio.Reader, exact, isize, limit int64) (*Volume, e
 
 func truncated(name string, h *Header, held int64) error {
 	need := h.Voxels() * int64(h.Datatype.Size())
-	return fmt.Errorf("%s: truncated: header says %s %s (%s) but file holds %s", name, h.dims(), h.Datatype, mb(need), mb(held))
+	return bad(name, "truncated: header says %s %s (%s) but file holds %s", h.dims(), h.Datatype, mb(need), mb(held))
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }

@@ -14,7 +14,7 @@ import (
 
 // Write writes data as a float32 volume with h's geometry (dimensions,
 // voxel sizes, qform and sform, units, description) to path, gzipped when
-// path ends in ".gz". The datatype becomes float32 with no scaling, since
+// path ends in ".gz" (any case). The datatype becomes float32 with no scaling, since
 // data is already in physical units. It writes NIfTI-2 when h.Version is 2
 // or a dimension does not fit NIfTI-1, and replaces path atomically.
 func Write(path string, h Header, data []float32) error {
@@ -27,7 +27,7 @@ func Write(path string, h Header, data []float32) error {
 	bw := bufio.NewWriterSize(tmp, 1<<16)
 	var w io.Writer = bw
 	var zw *gzip.Writer
-	if strings.HasSuffix(path, ".gz") {
+	if strings.HasSuffix(strings.ToLower(path), ".gz") {
 		zw = gzip.NewWriter(bw)
 		w = zw
 	}

@@ -1,7 +1,9 @@
 // Package npy reads and writes NumPy's .npy arrays (format versions 1 to
 // 3): the volumes medicaldiffusion's preprocessing saves with np.save, as
 // float32 for training. Any numeric element type reads, in either byte
-// order and either memory order.
+// order and either memory order; the values come back in C order (the
+// last axis of the shape varying fastest), so that an array is indexed by
+// its shape as NumPy reports it, whatever its memory order.
 package npy
 
 import (
@@ -28,7 +30,8 @@ const magic = "\x93NUMPY"
 type Header struct {
 	// Descr is NumPy's type string: byte order, kind and size ("<f4").
 	Descr string
-	// FortranOrder is true when the first axis varies fastest.
+	// FortranOrder is true when the file stores the first axis fastest
+	// (Read returns the values in C order all the same).
 	FortranOrder bool
 	Shape        []int
 	// Offset is where the data starts.
@@ -273,7 +276,9 @@ func quoted(s string) (string, string, bool) {
 	return s[1 : 1+end], s[2+end:], true
 }
 
-// Read reads the array at path as float32, in the file's memory order.
+// Read reads the array at path as float32 in C order: element [i, j, k]
+// of a shape (a, b, c) at (i*b+j)*c+k, whether the file stores it in C or
+// Fortran order (np.asfortranarray(a) reads as a does).
 func Read(path string) (Header, []float32, error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
@@ -303,18 +308,63 @@ func decode(name string, r io.Reader, size int64) (Header, []float32, error) {
 	e, _ := parseDescr(h.Descr)
 	n := h.Len()
 	out := make([]float32, n)
+	// A Fortran-order file's values are placed where C order puts them as
+	// they are read, so that no second copy of the array is needed.
+	var place *cOrder
+	if h.FortranOrder && len(h.Shape) > 1 && n > 0 {
+		place = newCOrder(h.Shape)
+	}
 	buf := make([]byte, 1<<16/e.size*e.size)
 	for i := int64(0); i < n; {
 		m := min(int64(len(buf)/e.size), n-i)
 		if _, err := io.ReadFull(r, buf[:m*int64(e.size)]); err != nil {
 			return h, nil, &Error{name, fmt.Sprintf("truncated: the %v array of %s ends after %d of %d elements", h.Shape, h.Descr, i, n)}
 		}
-		for j := range m {
-			out[i+j] = e.read(buf[j*int64(e.size):], e.order)
+		if place == nil {
+			for j := range m {
+				out[i+j] = e.read(buf[j*int64(e.size):], e.order)
+			}
+		} else {
+			for j := range m {
+				out[place.next()] = e.read(buf[j*int64(e.size):], e.order)
+			}
 		}
 		i += m
 	}
 	return h, out, nil
+}
+
+// cOrder walks an array's elements in Fortran order (the first axis
+// fastest) and gives each one's offset in C order (the last axis fastest).
+type cOrder struct {
+	shape, stride, idx []int64
+	off                int64
+}
+
+func newCOrder(shape []int) *cOrder {
+	c := &cOrder{shape: make([]int64, len(shape)), stride: make([]int64, len(shape)), idx: make([]int64, len(shape))}
+	s := int64(1)
+	for k := len(shape) - 1; k >= 0; k-- {
+		c.shape[k], c.stride[k] = int64(shape[k]), s
+		s *= int64(shape[k])
+	}
+	return c
+}
+
+// next returns the C-order offset of the current element and steps to the
+// next one in Fortran order.
+func (c *cOrder) next() int64 {
+	off := c.off
+	for k := range c.idx {
+		c.idx[k]++
+		c.off += c.stride[k]
+		if c.idx[k] < c.shape[k] || k == len(c.idx)-1 {
+			break
+		}
+		c.off -= c.shape[k] * c.stride[k]
+		c.idx[k] = 0
+	}
+	return off
 }
 
 // Write saves data as a little-endian float32 array of shape in C order

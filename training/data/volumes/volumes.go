@@ -5,12 +5,16 @@
 package volumes
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/nifti"
@@ -27,12 +31,17 @@ type Window struct {
 type Config struct {
 	// Files are the volume files: .nii, .nii.gz or .npy (see Find).
 	Files []string
-	// Patient names the patient a file belongs to; the split keeps all of a
-	// patient's files on one side. Nil means the file name without its
-	// extension (Name): one file per patient.
+	// Root is the data folder Files were found under. A file's patient is
+	// then the first entry of its path under Root (Patient): its folder in
+	// a one-folder-per-patient dataset, the file itself at Root's top
+	// level. Empty: each file is a patient, named by Name.
+	Root string
+	// Patient, when set, names the patient a file belongs to instead. The
+	// split keeps all of a patient's files on one side.
 	Patient func(path string) string
 	// TrainSplit is the fraction of patients in the training split, in
-	// (0, 1]; Val selects the other side.
+	// (0, 1]; Val selects the other side. Below 1, each side keeps at
+	// least one patient when there are two or more.
 	TrainSplit float64
 	Val        bool
 	// SplitSeed shuffles the patients before the split and MaxPatients.
@@ -46,7 +55,8 @@ type Config struct {
 	// CacheBytes bounds the decoded-volume cache. It must hold the largest
 	// volume (as float32); a cache holding all volumes decodes each once.
 	CacheBytes int64
-	// SkipBadFiles drops files whose header is bad, instead of failing.
+	// SkipBadFiles drops files whose header is bad, instead of failing
+	// (Skipped lists them).
 	SkipBadFiles bool
 }
 
@@ -70,6 +80,10 @@ type Dataset struct {
 	// padded lists the volumes smaller than the patch along some axis.
 	padded []string
 	cache  *cache
+	// failed holds, by volume, the error of a volume whose file is bad
+	// (malformed, truncated, not finite): its other patches fail at once
+	// instead of each reading the file again.
+	failed sync.Map
 }
 
 // New reads the headers of cfg.Files, splits by patient and lays out the
@@ -86,7 +100,10 @@ func New(cfg Config) (*Dataset, error) {
 	if cfg.Window.High < cfg.Window.Low || (cfg.Window.High == cfg.Window.Low && cfg.Window.Low != 0) {
 		return nil, fmt.Errorf("volumes: window [%v, %v] is empty", cfg.Window.Low, cfg.Window.High)
 	}
-	ids, byPatient := split(cfg)
+	ids, byPatient, total := split(cfg)
+	if len(ids) == 0 {
+		return nil, &SplitError{Patients: total, TrainSplit: cfg.TrainSplit, Val: cfg.Val}
+	}
 
 	d := &Dataset{cfg: cfg, patients: ids}
 	var largest int64
@@ -96,7 +113,7 @@ func New(cfg Config) (*Dataset, error) {
 		for _, f := range files {
 			h, err := ReadHeader(f)
 			if err == nil && h.Voxels() != h.Dim[1]*h.Dim[2]*h.Dim[3] {
-				err = fmt.Errorf("%s: %d-D volume %v, want 3-D", filepath.Base(f), h.Dim[0], h.Shape())
+				err = &nifti.Error{File: absolute(f), Err: fmt.Errorf("a %d-D volume %v (x, y, z, ...); ortrain trains on 3-D volumes (axes of size 1 aside)", h.Dim[0], h.Shape())}
 			}
 			if err != nil {
 				if !cfg.SkipBadFiles {
@@ -124,8 +141,8 @@ func New(cfg Config) (*Dataset, error) {
 			}
 		}
 	}
-	if len(d.patches) == 0 {
-		return nil, fmt.Errorf("volumes: no volumes among %d files for this split of %d patients", len(cfg.Files), len(ids))
+	if len(d.patches) == 0 { // every file skipped
+		return nil, fmt.Errorf("volumes: all %d volume files of this split are bad and were skipped, the first: %w", len(d.skipped), d.skipped[0])
 	}
 	if cfg.CacheBytes < largest {
 		return nil, fmt.Errorf("volumes: cache of %s cannot hold the largest decoded volume (%s)", data.FormatBytes(cfg.CacheBytes), data.FormatBytes(largest))
@@ -134,25 +151,140 @@ func New(cfg Config) (*Dataset, error) {
 	return d, nil
 }
 
-// Find lists the volume files under dir (.nii, .nii.gz, .npy), sorted.
+// Find lists the volume files (.nii, .nii.gz, .npy, in any case) under
+// dir and its sub-folders, sorted by path; dir may also be one volume
+// file. Symbolic links are followed, dir's own included (a data folder
+// linked to the real store), each folder read once: a link back up the
+// tree, or a second link to a folder or file already read, adds nothing
+// (a patient listed twice could land on both sides of the split). Hidden
+// entries (named ".…": macOS's ._a.nii.gz, .Trash) are left out. The
+// paths are dir joined with each entry's path under it, so ID and Patient
+// see the layout under dir whatever the links resolve to.
+//
+// A folder that cannot be read, or holds no volume file, is a *FindError.
 func Find(dir string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil {
-			return err
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, findError(dir, err)
+	}
+	if !st.IsDir() {
+		if !IsVolume(dir) {
+			return nil, &FindError{Path: absolute(dir), Err: errors.New("not a volume file (.nii, .nii.gz, .npy) nor a folder of them")}
 		}
-		if !e.IsDir() && IsVolume(p) {
-			out = append(out, p)
+		return []string{dir}, nil
+	}
+	var out []string
+	seen := map[string]bool{} // folders and files read, by resolved path
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		resolvedDir, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return findError(dir, err)
+		}
+		if seen[resolvedDir] {
+			return nil
+		}
+		seen[resolvedDir] = true
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return findError(dir, err)
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			isDir, resolved := e.IsDir(), filepath.Join(resolvedDir, e.Name())
+			if e.Type()&fs.ModeSymlink != 0 {
+				st, err := os.Stat(p)
+				if err != nil {
+					// A dangling link named as a volume is listed, so
+					// that reading it says what is wrong; others are
+					// not data.
+					if IsVolume(p) {
+						out = append(out, p)
+					}
+					continue
+				}
+				isDir = st.IsDir()
+				if resolved, err = filepath.EvalSymlinks(p); err != nil {
+					return findError(p, err)
+				}
+			}
+			switch {
+			case isDir:
+				if err := walk(p); err != nil {
+					return err
+				}
+			case IsVolume(p) && !seen[resolved]:
+				seen[resolved] = true
+				out = append(out, p)
+			}
 		}
 		return nil
-	})
-	return out, err
+	}
+	if err := walk(dir); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, &FindError{Path: absolute(dir), Err: errors.New("no volume files (.nii, .nii.gz, .npy) in it or its sub-folders")}
+	}
+	return out, nil
 }
 
-// ByDirectory is a Config.Patient for datasets with one folder per patient.
-func ByDirectory(path string) string { return filepath.Base(filepath.Dir(path)) }
+// FindError is a data folder Find cannot use: missing, unreadable, or
+// without volume files. It names the folder by its absolute path and is
+// the user's to fix (exit code 2).
+type FindError struct {
+	Path string
+	Err  error
+}
 
-func fileID(path string) string { return Name(path) }
+func (e *FindError) Error() string  { return e.Path + ": " + e.Err.Error() }
+func (e *FindError) Unwrap() error  { return e.Err }
+func (e *FindError) BadInput() bool { return true }
+
+// findError turns an error of the file system about path into a
+// *FindError, without repeating the path.
+func findError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		path, err = pe.Path, pe.Err
+	}
+	return &FindError{Path: absolute(path), Err: err}
+}
+
+// absolute is path made absolute, for errors that name it.
+func absolute(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// SplitError is a patient split that leaves the side asked for empty: one
+// patient with TrainSplit below 1 has none to validate on (New keeps at
+// least one patient on each side of two or more).
+type SplitError struct {
+	Patients   int
+	TrainSplit float64
+	Val        bool
+}
+
+func (e *SplitError) Error() string {
+	side := "training"
+	if e.Val {
+		side = "validation"
+	}
+	return fmt.Sprintf("volumes: a split of %d patient%s at %g leaves none for %s", e.Patients, plural(e.Patients), e.TrainSplit, side)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
 
 // Grid is the start of each patch along an axis of size voxels: every
 // stride, and one more flush with the far edge so that the edge is covered.
@@ -206,6 +338,9 @@ func (d *Dataset) Spec() []data.TensorSpec {
 // volume is smaller than a patch.
 func (d *Dataset) Load(i int, _ *rand.Rand, dst data.Sample) error {
 	p := d.patches[i]
+	if err, ok := d.failed.Load(p.vol); ok {
+		return err.(error)
+	}
 	h := &d.headers[p.vol]
 	vol, release, err := d.cache.get(p.vol, 4*h.Voxels())
 	if err != nil {
@@ -242,10 +377,15 @@ func fill(s []float32, v float32) {
 func (d *Dataset) decode(v int) ([]float32, error) {
 	vol, err := Read(d.files[v])
 	if err != nil {
+		// A bad file stays bad; an error of the system may pass.
+		var bad interface{ BadInput() bool }
+		if errors.As(err, &bad) && bad.BadInput() {
+			d.failed.Store(v, err)
+		}
 		return nil, err
 	}
 	if !slices.Equal(vol.Header.Shape(), d.headers[v].Shape()) {
-		return nil, fmt.Errorf("%s: changed since the dataset was planned: now %v", filepath.Base(d.files[v]), vol.Header.Shape())
+		return nil, fmt.Errorf("%s: changed since the dataset was planned: now %v", absolute(d.files[v]), vol.Header.Shape())
 	}
 	Apply(d.cfg.Window, vol.Data)
 	return vol.Data, nil
@@ -271,11 +411,12 @@ func Apply(w Window, v []float32) {
 }
 
 // split returns the patients on cfg's side of the split (cfg.Val), sorted,
-// and every patient's files.
-func split(cfg Config) ([]string, map[string][]string) {
+// every patient's files, and the number of patients split (after
+// MaxPatients).
+func split(cfg Config) ([]string, map[string][]string, int) {
 	patient := cfg.Patient
 	if patient == nil {
-		patient = fileID
+		patient = func(path string) string { return Patient(cfg.Root, path) }
 	}
 	byPatient := map[string][]string{}
 	for _, f := range cfg.Files {
@@ -291,21 +432,28 @@ func split(cfg Config) ([]string, map[string][]string) {
 	if cfg.MaxPatients > 0 && len(ids) > cfg.MaxPatients {
 		ids = ids[:cfg.MaxPatients]
 	}
-	nTrain := int(math.Round(cfg.TrainSplit * float64(len(ids))))
+	n := len(ids)
+	nTrain := int(math.Round(cfg.TrainSplit * float64(n)))
+	if cfg.TrainSplit < 1 && n >= 2 {
+		// round(0.9 × 4) = 4 would leave validation empty, round(0.1 × 4)
+		// training: a split keeps one patient on each side.
+		nTrain = min(max(nTrain, 1), n-1)
+	}
+	nTrain = max(nTrain, min(n, 1)) // one patient trains
 	if cfg.Val {
 		ids = ids[nTrain:]
 	} else {
 		ids = ids[:nTrain]
 	}
 	slices.Sort(ids)
-	return ids, byPatient
+	return ids, byPatient, n
 }
 
 // SplitFiles returns the files of the patients on cfg's side of the
 // train/validation split (cfg.Val), as New would patch them: the split is by
 // patient, seeded by cfg.SplitSeed, never by file or patch.
 func SplitFiles(cfg Config) []string {
-	ids, byPatient := split(cfg)
+	ids, byPatient, _ := split(cfg)
 	var files []string
 	for _, id := range ids {
 		f := slices.Clone(byPatient[id])

@@ -76,7 +76,7 @@ func TestSplitIsByPatientNeverByPatch(t *testing.T) {
 		}
 		files = append(files, dst)
 	}
-	cfg := Config{Files: files, Patient: ByDirectory, TrainSplit: 0.6, SplitSeed: 3, PatchSize: [3]int{4, 4, 4}, Stride: [3]int{4, 4, 2}, CacheBytes: 1 << 20}
+	cfg := Config{Files: files, Root: dir, TrainSplit: 0.6, SplitSeed: 3, PatchSize: [3]int{4, 4, 4}, Stride: [3]int{4, 4, 2}, CacheBytes: 1 << 20}
 	train, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -245,10 +245,11 @@ func TestPaddedVolumesAreListed(t *testing.T) {
 	}
 }
 
-// TestNumPyVolumes: a volume saved as a NumPy array (C order, indexed
-// [z, y, x], with or without a leading channel axis; or Fortran order,
-// indexed [x, y, z]) is found next to NIfTI files and gives the patches
-// the NIfTI file of the same voxels gives; its patient is the file's name.
+// TestNumPyVolumes: a volume saved as a NumPy array indexed [z, y, x] (in
+// C order, with or without a leading channel axis, or in Fortran order:
+// np.asfortranarray of it) is found next to NIfTI files and gives the
+// patches the NIfTI file of the same voxels gives; its patient is the
+// file's name.
 func TestNumPyVolumes(t *testing.T) {
 	files := phantoms(t, 1, [3]int{12, 10, 6})
 	ref, err := nifti.Read(files[0])
@@ -263,9 +264,21 @@ func TestNumPyVolumes(t *testing.T) {
 	if err := npy.Write(filepath.Join(dir, "lidc0002.npy"), []int{1, 6, 10, 12}, ref.Data); err != nil {
 		t.Fatal(err)
 	}
-	// Fortran order: the header says so and the shape is (x, y, z).
-	raw, _ := os.ReadFile(filepath.Join(dir, "lidc0001.npy"))
-	fortran := strings.Replace(string(raw), "'fortran_order': False, 'shape': (6, 10, 12)", "'fortran_order': True, 'shape': (12, 10, 6) ", 1)
+	// The same array in Fortran order, shape (z, y, x) = (6, 10, 12) with
+	// z fastest in the file: the bytes of the C-order array [x, y, z].
+	xyzOrder := make([]float32, len(ref.Data))
+	for z := range 6 {
+		for y := range 10 {
+			for x := range 12 {
+				xyzOrder[(x*10+y)*6+z] = ref.Data[(z*10+y)*12+x]
+			}
+		}
+	}
+	if err := npy.Write(filepath.Join(dir, "lidc0003.npy"), []int{12, 10, 6}, xyzOrder); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "lidc0003.npy"))
+	fortran := strings.Replace(string(raw), "'fortran_order': False, 'shape': (12, 10, 6)", "'fortran_order': True, 'shape': (6, 10, 12) ", 1)
 	os.WriteFile(filepath.Join(dir, "lidc0003.npy"), []byte(fortran), 0o644)
 	// A 2-D array is not a volume.
 	npy.Write(filepath.Join(dir, "slice.npy"), []int{10, 12}, ref.Data[:120])
