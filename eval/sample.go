@@ -75,6 +75,9 @@ type Generation struct {
 	// answer and whether Final equals it.
 	Expected string `json:"expected,omitempty"`
 	Correct  bool   `json:"correct,omitempty"`
+	// NotGenerated says why ExactMatch could not ask the model (a question
+	// longer than the model's question positions): scored as wrong.
+	NotGenerated string `json:"not_generated,omitempty"`
 	// Tokens are the generated ids of the blocks denoised, in order.
 	Tokens []int64 `json:"tokens"`
 	// Blocks is the number of blocks denoised and ModelRuns the model
@@ -205,7 +208,7 @@ func (s *Sampler) Sample(prompt string, d Decoding) (*Generation, error) {
 	}
 	lastBlock := of[L-1]
 	switch {
-	case s.segments && of[len(ids)-1] != 0:
+	case s.segments && (len(ids) > L || of[len(ids)-1] != 0):
 		return nil, &InputError{Err: fmt.Errorf("the prompt is %d tokens; the model's question segment holds %d", len(ids), s.lc.cfg.Data.Tokens.Segments[0])}
 	case len(ids) > L || of[len(ids)-1] == lastBlock:
 		return nil, &InputError{Err: fmt.Errorf("the prompt is %d tokens, which leaves no block of the model's %d positions to generate", len(ids), L)}
@@ -416,11 +419,17 @@ func ExactMatch(ctx context.Context, s *Sampler, examples []tokens.Example, d De
 			return 0, nil, err
 		}
 		g, err := s.Sample(e.Question, d)
+		var ie *InputError
+		if errors.As(err, &ie) {
+			// A question the model cannot take counts against it, as a
+			// wrong answer would: accuracy stays over every question.
+			g, err = &Generation{Prompt: e.Question, NotGenerated: ie.Err.Error()}, nil
+		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("example %d: %w", i+1, err)
 		}
 		g.Expected, _ = tokens.FinalAnswer(e.Answer)
-		g.Correct = g.Final != "" && g.Final == g.Expected
+		g.Correct = g.NotGenerated == "" && g.Final != "" && g.Final == g.Expected
 		if g.Correct {
 			correct++
 		}

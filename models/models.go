@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -292,6 +293,9 @@ func checker[C recipeConfig](recipe string, def func() C) func(map[string]any) (
 	}
 }
 
+// tomlKeyError is how the TOML decoder words a value of the wrong type.
+var tomlKeyError = regexp.MustCompile(`^toml: line \d+ \(last key "([^"]*)"\): (.*)$`)
+
 // decode lays params over cfg (a pointer to a recipe Config) through TOML,
 // so the parameter names are the Config's toml tags and the types follow
 // TOML's rules (an integer is accepted for a float).
@@ -302,6 +306,11 @@ func decode(recipe string, params map[string]any, cfg any) error {
 	}
 	md, err := toml.Decode(buf.String(), cfg)
 	if err != nil {
+		// The line is of the re-encoded parameters, not the user's file:
+		// name the parameter instead.
+		if m := tomlKeyError.FindStringSubmatch(err.Error()); m != nil {
+			return &Error{fmt.Sprintf("%s: parameter %s: %s", recipe, m[1], m[2])}
+		}
 		return &Error{fmt.Sprintf("%s: parameters: %v", recipe, err)}
 	}
 	if un := md.Undecoded(); len(un) > 0 {

@@ -66,3 +66,12 @@ func TestBuildParams(t *testing.T) {
 		}
 	}
 }
+
+// TestParameterOfTheWrongType: a recipe parameter of the wrong type is
+// named, not placed on a line of a file the user never wrote.
+func TestParameterOfTheWrongType(t *testing.T) {
+	_, err := models.Check("resnet", map[string]any{"classes": 3.0})
+	if err == nil || !strings.Contains(err.Error(), "resnet: parameter classes: incompatible types") || strings.Contains(err.Error(), "line 1") {
+		t.Errorf("classes = 3.0: %v", err)
+	}
+}

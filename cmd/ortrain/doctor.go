@@ -10,6 +10,7 @@ import (
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/collective"
+	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/telemetry"
 )
 
@@ -91,6 +92,24 @@ func doctor(c *cli.Context) error {
 		} else {
 			fmt.Fprintf(w, "%-14s ok (session, copy to and from the device)\n", dev)
 		}
+	}
+	return nil
+}
+
+// usableDevice refuses a CUDA device this ONNX Runtime cannot open, as
+// doctor would judge it, before anything is built for it: key names the
+// setting that chose it.
+func usableDevice(key string, opts ort.Options) error {
+	if !opts.Device.CUDA {
+		return nil
+	}
+	providers, _ := ort.AvailableProviders()
+	if !contains(providers, "CUDAExecutionProvider") {
+		return &config.Error{Key: key, Msg: fmt.Sprintf("%v: this ONNX Runtime (%s) has no CUDA provider: point $%s at a CUDA build (README: Setting up; ortrain doctor --device %v checks it), or train on \"cpu\"",
+			opts.Device, ort.LibraryPath(), ort.LibraryEnv, opts.Device)}
+	}
+	if err := ort.CheckDevice(opts.Device, ort.Options{}); err != nil {
+		return &config.Error{Key: key, Msg: fmt.Sprintf("%v is not usable with %s: %s (ortrain doctor --device %v says more)", opts.Device, ort.LibraryPath(), shortORTError(err), opts.Device)}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data/volumes"
+	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/safefile"
 )
 
@@ -97,6 +98,19 @@ func evalAction(c *cli.Context) error {
 	return usageError{errors.New("eval needs --checkpoint, or --input and --reference (see ortrain eval --help)")}
 }
 
+// outFolderExists refuses a file flag whose folder is not there, before
+// the work that would write it.
+func outFolderExists(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	abs, _ := filepath.Abs(path)
+	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+		return usageError{fmt.Errorf("%s %s: the folder %s does not exist", flag, path, filepath.Dir(abs))}
+	}
+	return nil
+}
+
 // checkEvalFlags refuses, before a volume is read, what would fail only
 // after a whole reconstruction: an overlap out of range, an --out of an
 // unknown format or in a folder that does not exist, or one that would
@@ -112,10 +126,10 @@ func checkEvalFlags(c *cli.Context) error {
 	if !volumes.IsVolume(out) {
 		return usageError{fmt.Errorf("--out %s: name a .nii.gz, .nii or .npy file (the format follows the extension)", out)}
 	}
-	abs, _ := filepath.Abs(out)
-	if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
-		return usageError{fmt.Errorf("--out %s: the folder %s does not exist", out, filepath.Dir(abs))}
+	if err := outFolderExists("--out", out); err != nil {
+		return err
 	}
+	abs, _ := filepath.Abs(out)
 	outInfo, outErr := os.Stat(abs)
 	for _, in := range c.StringSlice("input") {
 		inAbs, _ := filepath.Abs(in)
@@ -153,6 +167,23 @@ func evalCheckpoint(c *cli.Context) error {
 	if o.Generate, err = generateOptions(c, &o.Decoding); err != nil {
 		return err
 	}
+	// Where the results go is checked before the work that makes them
+	// (generating answers can take hours).
+	dir := c.String("out-dir")
+	if dir == "" {
+		outputDir, name := "outputs", ""
+		if cfg != nil {
+			outputDir, name = cfg.OutputDir, cfg.Name
+		}
+		if ck, _, err := rundir.FindCheckpoint("--checkpoint", o.Checkpoint, outputDir, name); err == nil {
+			dir = defaultEvalDir(ck)
+		}
+	}
+	if dir != "" {
+		if err := evalOutputsFree(dir, o.Generate > 0, o.Overwrite); err != nil {
+			return err
+		}
+	}
 	if o.Generate > 0 {
 		o.Progress = func(done, correct, total int) {
 			if done%10 == 0 || done == total {
@@ -164,9 +195,12 @@ func evalCheckpoint(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	dir := c.String("out-dir")
-	if dir == "" {
-		dir = filepath.Join(filepath.Dir(filepath.Dir(res.Checkpoint)), "eval", filepath.Base(res.Checkpoint))
+	if n, first := notGenerated(res.Generations); n > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: %d of %d validation questions could not be put to the model and count as wrong (not_generated in generations.jsonl), e.g. %s\n",
+			n, len(res.Generations), first)
+	}
+	if c.String("out-dir") == "" {
+		dir = defaultEvalDir(res.Checkpoint)
 	}
 	if err := writeEvalMetrics(dir, res, c.Bool("overwrite")); err != nil {
 		return err
@@ -251,12 +285,24 @@ func checkpointSession(c *cli.Context, cfg *config.Config) (ort.Options, error) 
 	opts := ort.Options{}
 	var err error
 	if d := c.String("device"); d != "" {
-		opts.Device, err = ort.ParseDevice(d)
-	} else if cfg != nil {
-		providers, _ := ort.AvailableProviders()
-		opts, err = cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider"))
+		if opts.Device, err = ort.ParseDevice(d); err == nil {
+			err = usableDevice("--device", opts)
+		}
+		return opts, err
 	}
-	return opts, err
+	if cfg != nil {
+		providers, _ := ort.AvailableProviders()
+		if opts, err = cfg.SessionOptions(slices.Contains(providers, "CUDAExecutionProvider")); err != nil {
+			return opts, err
+		}
+		// The device the run trained on, when this machine has it; a run
+		// from a GPU box evaluates here on the CPU.
+		if uerr := usableDevice("trainer.device", opts); uerr != nil {
+			fmt.Fprintf(c.App.ErrWriter, "ortrain: %v; running on the CPU (--device chooses)\n", uerr)
+			opts.Device = ort.CPU
+		}
+	}
+	return opts, nil
 }
 
 // setsWithoutConfig returns the --set overrides when no --config is given:
@@ -269,18 +315,47 @@ func setsWithoutConfig(c *cli.Context) []string {
 	return c.StringSlice("set")
 }
 
-// writeEvalMetrics writes metrics.json and metrics.csv into dir, which must
-// not hold them already unless overwrite; each appears whole or not at all.
-func writeEvalMetrics(dir string, res *eval.CheckpointResult, overwrite bool) error {
-	js, csvPath := filepath.Join(dir, "metrics.json"), filepath.Join(dir, "metrics.csv")
-	files := []string{js, csvPath}
-	if len(res.Generations) > 0 {
+// notGenerated counts the questions ExactMatch could not ask, with the
+// first one's reason.
+func notGenerated(gens []eval.Generation) (n int, first string) {
+	for _, g := range gens {
+		if g.NotGenerated != "" {
+			if n == 0 {
+				first = g.NotGenerated
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+// defaultEvalDir is where eval --checkpoint writes without --out-dir:
+// RUN/eval/<checkpoint>.
+func defaultEvalDir(ck string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(ck)), "eval", filepath.Base(ck))
+}
+
+// evalOutputsFree refuses an --out-dir whose metrics (and generations)
+// files exist, unless overwrite.
+func evalOutputsFree(dir string, generations, overwrite bool) error {
+	files := []string{filepath.Join(dir, "metrics.json"), filepath.Join(dir, "metrics.csv")}
+	if generations {
 		files = append(files, filepath.Join(dir, "generations.jsonl"))
 	}
 	for _, p := range files {
 		if _, err := os.Stat(p); err == nil && !overwrite {
 			return usageError{fmt.Errorf("%s exists; pass another --out-dir, or --overwrite", p)}
 		}
+	}
+	return nil
+}
+
+// writeEvalMetrics writes metrics.json and metrics.csv into dir, which must
+// not hold them already unless overwrite; each appears whole or not at all.
+func writeEvalMetrics(dir string, res *eval.CheckpointResult, overwrite bool) error {
+	js, csvPath := filepath.Join(dir, "metrics.json"), filepath.Join(dir, "metrics.csv")
+	if err := evalOutputsFree(dir, len(res.Generations) > 0, overwrite); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

@@ -52,6 +52,9 @@ Examples:
 			&cli.BoolFlag{Name: "strip-markers", Usage: "drop the ortrain.StopGradient markers (for viewers; such a file does not train right)"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := outFolderExists("--out", c.String("out")); err != nil {
+				return err
+			}
 			if c.IsSet("checkpoint") {
 				return exportCheckpoint(c)
 			}

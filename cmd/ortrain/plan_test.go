@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/data/synthetic"
 )
 
 // TestPlanEveryPreset: `ortrain plan --preset NAME` exits 0 on every
@@ -210,5 +211,81 @@ func TestPlanFitsBatch(t *testing.T) {
 		if code := run(append([]string{"ortrain", "plan", "--preset", "quickstart"}, args...), &stdout, &stderr); code != 2 {
 			t.Errorf("plan %v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
+	}
+}
+
+// TestPlanAndTrainDiffusionLM: plan passes a diffusion-LM config with its
+// data (the shard pattern matching), and both refuse a data block length
+// other than the model's.
+func TestPlanAndTrainDiffusionLM(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	if err := synthetic.WriteGSM8K(filepath.Join(root, "train-00000-of-00002.jsonl"), 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := synthetic.WriteGSM8K(filepath.Join(root, "train-00001-of-00002.jsonl"), 8, 2); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(root, "lm.toml")
+	os.WriteFile(cfg, []byte(`name = "lm"
+output_dir = "`+filepath.Join(root, "outputs")+`"
+[model]
+recipe = "bd3lm"
+loss = "loss"
+[model.params]
+seq_len = 64
+block_size = 16
+hidden = 32
+layers = 1
+heads = 2
+[data]
+kind = "tokens"
+train = "`+filepath.Join(root, "train-*.jsonl")+`"
+batch_size = 4
+[data.tokens]
+seq_len = 64
+block_size = 16
+[trainer]
+device = "cpu"
+max_steps = 1
+`), 0o644)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"ortrain", "plan", "--config", cfg}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "16 train") {
+		t.Errorf("plan: exit %d, %q, %q; want 0 with the 16 examples of both shards", code, out.String(), errOut.String())
+	}
+	for _, cmd := range []string{"plan", "train"} {
+		errOut.Reset()
+		if code := run([]string{"ortrain", cmd, "--config", cfg, "--set", "data.tokens.block_size=8"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "data.tokens.block_size: 8 must equal model.params.block_size = 16") {
+			t.Errorf("%s with another block length: exit %d, %q; want 2", cmd, code, errOut.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "outputs")); !os.IsNotExist(err) {
+		t.Errorf("a refused train left %s: %v", filepath.Join(root, "outputs"), err)
+	}
+}
+
+// TestCUDAWithoutCUDA: trainer.device = "cuda" where this ONNX Runtime
+// cannot open a GPU is refused before anything is built (exit 2, naming
+// the key), "auto" trains on the CPU; skipped where CUDA works.
+func TestCUDAWithoutCUDA(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	if ort.CheckDevice(ort.CUDADevice(0), ort.Options{}) == nil {
+		t.Skip("CUDA works here")
+	}
+	root := t.TempDir()
+	out := filepath.Join(root, "outputs")
+	var stdout, stderr bytes.Buffer
+	args := []string{"ortrain", "train", "--config", ddpConfig(t, root), "--set", "trainer.max_steps=2", "--set", "trainer.val_check_interval=2"}
+	if code := run(append(args, "--set", `trainer.device="cuda"`), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "trainer.device: cuda:0") {
+		t.Errorf("cuda without CUDA: exit %d, %q; want 2 naming trainer.device", code, stderr.String())
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the refused run left %s", out)
+	}
+	stderr.Reset()
+	if code := run(append(args, "--set", `trainer.device="auto"`), &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "training on the CPU") {
+		t.Errorf("auto without CUDA: exit %d, %q; want 0 on the CPU", code, stderr.String())
 	}
 }

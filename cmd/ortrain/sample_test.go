@@ -146,6 +146,27 @@ func TestSampleBD3LM(t *testing.T) {
 	if n := strings.Count(string(gens), "\n"); err != nil || n != 3 || !strings.Contains(string(gens), `"expected":"`) {
 		t.Errorf("generations.jsonl: %d lines, %v; want 3 answers with their expected final answer", n, err)
 	}
+	// Results in the way are refused before any answer is generated; a
+	// question the model cannot take counts as wrong, the rest answered.
+	errOut.Reset()
+	if code := run([]string{"ortrain", "eval", "--checkpoint", version, "--set", `data.val="` + filepath.Join(root, "train.jsonl") + `"`,
+		"--generate", "3", "--out-dir", outDir}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "metrics.json exists") || strings.Contains(errOut.String(), "generated") {
+		t.Errorf("eval --generate into earlier results: exit %d, %q; want 2 before generating", code, errOut.String())
+	}
+	withLong := filepath.Join(root, "long.jsonl")
+	questions, _ := os.ReadFile(filepath.Join(root, "train.jsonl"))
+	longQ, _ := json.Marshal(map[string]string{"question": strings.Repeat("How many apples are left now? ", 30), "answer": "1+1=<<1+1=2>>2\n#### 2"})
+	os.WriteFile(withLong, append(append(longQ, '\n'), questions...), 0o644)
+	errOut.Reset()
+	if code := run([]string{"ortrain", "eval", "--checkpoint", version, "--set", `data.val="` + withLong + `"`,
+		"--generate", "2", "--steps", "2", "--out-dir", filepath.Join(root, "gen-long")}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "1 of 2 validation questions could not be put to the model") {
+		t.Errorf("eval --generate with a question longer than the model: exit %d, %q; want 0 counting it as wrong", code, errOut.String())
+	}
+	gens, _ = os.ReadFile(filepath.Join(root, "gen-long", "generations.jsonl"))
+	if strings.Count(string(gens), `"not_generated":"the prompt is`) != 1 || strings.Count(string(gens), "\n") != 2 {
+		t.Errorf("generations.jsonl with a long question: %s", gens)
+	}
+
 	for _, args := range [][]string{
 		{"--steps", "2"},                    // decoding flags need --generate
 		{"--generate", "2"},                 // no data.val in the run's configuration
@@ -196,6 +217,10 @@ func TestSampleHDP(t *testing.T) {
 	long := strings.Repeat("apples ", 60)
 	if code := run([]string{"ortrain", "sample", "--checkpoint", version, "--prompt", long}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "question segment holds 48") {
 		t.Errorf("a question longer than its segment: exit %d, %q; want 2", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"ortrain", "sample", "--checkpoint", version, "--prompt", strings.Repeat("apples ", 200)}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "question segment holds 48") {
+		t.Errorf("a question longer than the model: exit %d, %q; want 2", code, errOut.String())
 	}
 	if code := run([]string{"ortrain", "sample", "--checkpoint", version, "--prompt", "x", "--block-size", "16"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "segments") {
 		t.Errorf("--block-size with a segmented model: exit %d, %q; want 2", code, errOut.String())

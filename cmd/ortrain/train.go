@@ -21,6 +21,7 @@ import (
 	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/data/tokens"
 	"github.com/ortrain/ortrain/training/rundir"
 	"github.com/ortrain/ortrain/training/setup"
 	"github.com/ortrain/ortrain/training/trainer"
@@ -89,6 +90,15 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		if opts.Device.ID, err = rankGPU(cfg, opts.Device.ID); err != nil {
 			return "", err
 		}
+	}
+	if err := usableDevice("trainer.device", opts); err != nil {
+		if cfg.Trainer.Device != "auto" {
+			return "", err
+		}
+		// auto takes the GPU when it works, else the CPU (npm's CPU builds
+		// list a CUDA provider whose libraries they do not ship).
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: trainer.device = \"auto\": %v; training on the CPU\n", err)
+		opts.Device = ort.CPU
 	}
 	if comm != nil && comm.Rank() != 0 {
 		return "", trainRank(c, cfg, comm, resume, opts)
@@ -299,6 +309,9 @@ func warnData(w io.Writer, key string, ds data.Dataset) {
 			fmt.Fprintf(w, "ortrain: %s: skipped (data.skip_bad_files): %v\n", key, e)
 		}
 		fmt.Fprintf(w, "ortrain: %s: skipped %d of %d volume files as bad\n", key, len(sk.Skipped()), len(sk.Skipped())+len(sk.Files()))
+	}
+	if tk, ok := ds.(*tokens.Dataset); ok && tk.BadRecords > 0 {
+		fmt.Fprintf(w, "ortrain: %s: skipped %d records that are not GSM8K examples (data.skip_bad_files); %d remain\n", key, tk.BadRecords, tk.Examples())
 	}
 	if tr, ok := ds.(interface {
 		Truncated() int

@@ -413,8 +413,7 @@ func (p *Plan) data(c *config.Config, m *artifacts.Manifest) {
 	pd.Val = Path{Key: "data.val", Path: d.Val}
 	for _, pp := range []*Path{&pd.Train, &pd.Val} {
 		if pp.Path != "" {
-			_, err := os.Stat(pp.Path)
-			pp.Exists = err == nil
+			pp.Exists = setup.PathExists(d.Kind, pp.Path)
 		}
 	}
 	switch {

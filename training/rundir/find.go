@@ -23,6 +23,9 @@ func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err
 	bad := func(format string, args ...any) error {
 		return &Error{Path: spec, Msg: fmt.Sprintf(format, args...)}
 	}
+	if (spec == "best" || spec == "last") && name == "" {
+		return "", "", &FlagError{Flag: flag + " " + spec, Msg: "picks from the runs of the configuration's name: give --config (or --preset), or name the run's directory (outputs/NAME/version_N) or a checkpoint directory"}
+	}
 	if spec == "best" {
 		if _, version, err = FindCheckpoint(flag, "last", outputDir, name); err != nil {
 			return "", "", err

@@ -42,6 +42,14 @@ func (e *Error) Error() string { return "run directory " + e.Path + ": " + e.Msg
 // BadInput marks the error as the user's to fix (exit code 2).
 func (e *Error) BadInput() bool { return true }
 
+// FlagError is a checkpoint flag that cannot be resolved as given.
+type FlagError struct{ Flag, Msg string }
+
+func (e *FlagError) Error() string { return e.Flag + ": " + e.Msg }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *FlagError) BadInput() bool { return true }
+
 // New creates <outputDir>/<name>/version_N with the lowest N above every
 // existing version. os.Mkdir fails on an existing name, so two runs
 // started at once never share a version.

@@ -104,3 +104,15 @@ func TestAtOverwrite(t *testing.T) {
 		t.Errorf("overwrite kept %s", MetricsFile)
 	}
 }
+
+// TestBestWithoutAName: best and last pick among the runs of a name; with
+// none (no configuration) they say what to give instead.
+func TestBestWithoutAName(t *testing.T) {
+	for _, spec := range []string{"best", "last"} {
+		_, _, err := FindCheckpoint("--checkpoint", spec, t.TempDir(), "")
+		fe, ok := err.(*FlagError)
+		if !ok || !fe.BadInput() || !strings.HasPrefix(err.Error(), "--checkpoint "+spec+": picks from the runs of the configuration's name") {
+			t.Errorf("%s without a run name: %v", spec, err)
+		}
+	}
+}

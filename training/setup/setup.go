@@ -8,7 +8,9 @@ package setup
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -42,12 +44,19 @@ const (
 func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset, err error) {
 	d := c.Data
 	for _, p := range []struct{ key, path string }{{"data.train", d.Train}, {"data.val", d.Val}} {
-		if p.path == "" || d.Kind == config.KindSynthetic {
+		if p.path == "" || d.Kind == config.KindSynthetic || PathExists(d.Kind, p.path) {
 			continue
 		}
-		if _, err := os.Stat(p.path); err != nil {
-			return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: %v", p.path, err)}
+		abs, _ := filepath.Abs(p.path)
+		if d.Kind == config.KindTokens && tokens.IsPattern(p.path) {
+			return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: no file matches the pattern", abs)}
 		}
+		_, err := os.Stat(p.path)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: %v", abs, err)}
 	}
 	switch d.Kind {
 	case config.KindSynthetic:
@@ -149,11 +158,15 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		}
 		cfg := TokensConfig(c, m)
 		open := func(path string, cfg tokens.Config) (data.Dataset, error) {
-			ex, _, err := tokens.ReadGSM8K(path, d.SkipBadFiles)
+			ex, bad, err := tokens.ReadGSM8K(path, d.SkipBadFiles)
 			if err != nil {
 				return nil, err
 			}
-			return tokens.New(ex, tok, cfg)
+			ds, err := tokens.New(ex, tok, cfg)
+			if ds != nil {
+				ds.BadRecords = bad
+			}
+			return ds, err
 		}
 		if train, err = open(d.Train, cfg); err == nil && d.Val != "" {
 			cfg.Draws = d.Tokens.ValTSamples
@@ -162,6 +175,17 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		return train, val, err
 	}
 	return nil, nil, &config.Error{Key: "data.kind", Msg: fmt.Sprintf("%q has no dataset", d.Kind)}
+}
+
+// PathExists says whether a data path is there: a file or folder, or for
+// GSM8K files a glob pattern matching at least one.
+func PathExists(kind, path string) bool {
+	if kind == config.KindTokens && tokens.IsPattern(path) {
+		m, err := filepath.Glob(path)
+		return err == nil && len(m) > 0
+	}
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // softClasses is the class count of a soft-target loss's target input.
@@ -218,6 +242,21 @@ func checkSegments(c *config.Config) error {
 	}
 	if segs := c.Data.Tokens.Segments; !slices.Equal(blocks, segs) && (len(blocks) > 0 || len(segs) > 0) {
 		return &config.Error{Key: "data.tokens.segments", Msg: fmt.Sprintf("%v must equal model.params.blocks = %v: the model's attention follows its blocks", segs, blocks)}
+	}
+	_, setBlock := c.Model.Params["block_size"]
+	if len(blocks) > 0 && setBlock {
+		return &config.Error{Key: "model.params.block_size", Msg: fmt.Sprintf("is not used beside model.params.blocks = %v, which set the blocks: drop one", blocks)}
+	}
+	if len(blocks) == 0 {
+		lm, err := models.LMConfig(c.Model.Params)
+		if err != nil {
+			return &config.Error{Key: "model.params", Msg: err.Error()}
+		}
+		// The noise level is drawn per data block and the attention masks
+		// per model block: unequal, each would train on the other's blocks.
+		if b := c.Data.Tokens.BlockSize; b != 0 && b != lm.BlockSize {
+			return &config.Error{Key: "data.tokens.block_size", Msg: fmt.Sprintf("%d must equal model.params.block_size = %d: the noise is drawn per block of the model's attention", b, lm.BlockSize)}
+		}
 	}
 	return nil
 }

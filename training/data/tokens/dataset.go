@@ -41,6 +41,9 @@ type Dataset struct {
 	seqs []sequence
 	// truncated counts examples cut to fit.
 	truncated int
+	// BadRecords counts the records of the file(s) dropped as not GSM8K
+	// (data.skip_bad_files), for the run to report: set by the caller.
+	BadRecords int
 }
 
 // sequence is one example laid out: ids and per-position flags.

@@ -59,6 +59,10 @@ func ReadGSM8K(path string, skipBad bool) ([]Example, int, error) {
 	return out, skipped, nil
 }
 
+// IsPattern says whether a GSM8K path is a glob pattern of shard files
+// (its last element holds *, ? or [).
+func IsPattern(path string) bool { return strings.ContainsAny(filepath.Base(path), "*?[") }
+
 // gsm8kFiles resolves path to absolute file names: the file itself, or the
 // matches of a glob pattern in name order.
 func gsm8kFiles(path string) ([]string, error) {
@@ -66,7 +70,7 @@ func gsm8kFiles(path string) ([]string, error) {
 	if err != nil {
 		abs = path
 	}
-	if strings.ContainsAny(filepath.Base(path), "*?[") {
+	if IsPattern(path) {
 		m, err := filepath.Glob(abs)
 		if err != nil {
 			return nil, &FileError{File: abs, Err: fmt.Errorf("not a valid pattern: %v", err)}
