@@ -127,6 +127,13 @@ func newSampler(lc *loadedCheckpoint, session ort.Options) (*Sampler, error) {
 		s.Close()
 		return nil, err
 	}
+	// One untimed model run first: the session's first run sets up its
+	// kernels and arenas, which would otherwise count against the first
+	// prompt's tokens/s.
+	if _, err := s.Sample("Warm up.", Decoding{Steps: 1, TopP: 1}); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -195,6 +195,9 @@ func evalCheckpoint(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.Generate > len(res.Generations) && len(res.Generations) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: --generate %d: the validation file has %d questions; answered them all\n", o.Generate, len(res.Generations))
+	}
 	if n, first := notGenerated(res.Generations); n > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "ortrain: %d of %d validation questions could not be put to the model and count as wrong (not_generated in generations.jsonl), e.g. %s\n",
 			n, len(res.Generations), first)

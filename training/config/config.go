@@ -279,8 +279,8 @@ type Trainer struct {
 	AccumulateGradBatches int `toml:"accumulate_grad_batches"`
 	// GradientClipVal clips gradients; 0 disables clipping.
 	GradientClipVal float64 `toml:"gradient_clip_val"`
-	// GradientClipAlgorithm is "norm" (global L2 norm) or "value"
-	// (element-wise). Default "norm".
+	// GradientClipAlgorithm is "norm" (global L2 norm), the default;
+	// Lightning's "value" (element-wise) is refused as not built.
 	GradientClipAlgorithm string `toml:"gradient_clip_algorithm"`
 	// ValCheckInterval is a float fraction of an epoch or an integer number
 	// of optimizer steps between validations. Default 1.0.

@@ -94,6 +94,8 @@ func TestResolveErrors(t *testing.T) {
 		{"real data needs a path", []string{"data.kind=images", "data.images.size=224"}, []string{"data.train", "images"}},
 		{"both artifacts and recipe", []string{"model.artifacts=/a"}, []string{"model.artifacts", "not both"}},
 		{"nan clip threshold", []string{"trainer.gradient_clip_val=nan"}, []string{"trainer.gradient_clip_val", "not a finite number"}},
+		{"Lightning's -1 epochs", []string{"trainer.max_epochs=-1"}, []string{"trainer.max_epochs", "Lightning's -1"}},
+		{"clip by value", []string{"trainer.gradient_clip_val=1", `trainer.gradient_clip_algorithm="value"`}, []string{"trainer.gradient_clip_algorithm", "not built"}},
 		{"infinite lr", []string{"optimizer.lr=inf"}, []string{"optimizer.lr", "not a finite number"}},
 		{"label smoothing without an onnx cross-entropy", []string{"model.label_smoothing=0.1"}, []string{"model.label_smoothing", "cross_entropy"}},
 		{"negative devices", []string{"trainer.devices=-1"}, []string{"trainer.devices"}},
@@ -167,6 +169,8 @@ func TestOverride(t *testing.T) {
 		{"trainer.max_stepz=3", "--set trainer.max_stepz: unknown key (did you mean trainer.max_steps?)"},
 		{"trainer.max_steps=lots", "--set trainer.max_steps"},
 		{"trainer.sync_batchnorm=true", "--set trainer.sync_batchnorm: not built: synchronised BatchNorm"},
+		{`trainer.accelerator="gpu"`, "--set trainer.accelerator: unknown key; Lightning's name for trainer.device"},
+		{`trainer.max_time="00:12:00:00"`, "--set trainer.max_time: not built: a time limit"},
 		{"trainer.max_steps", "want key.sub=value"},
 		{"trainer..x=1", "want key.sub=value"},
 	} {

@@ -104,7 +104,34 @@ func (c *Config) Override(assignments ...string) error {
 // notBuilt are keys users bring from Lightning that ortrain does not
 // have yet, and what happens instead.
 var notBuilt = map[string]string{
-	"trainer.sync_batchnorm": "synchronised BatchNorm; each rank normalises with its own batch's statistics, as PyTorch's DDP does by default (remove the key, or convert the model's BatchNorm to GroupNorm)",
+	"trainer.sync_batchnorm":      "synchronised BatchNorm; each rank normalises with its own batch's statistics, as PyTorch's DDP does by default (remove the key, or convert the model's BatchNorm to GroupNorm)",
+	"trainer.max_time":            "a time limit; stop a run with SIGINT/SIGTERM (it checkpoints) and resume it with --resume last",
+	"trainer.min_epochs":          "a minimum length against early stopping; raise trainer.early_stopping_patience instead",
+	"trainer.min_steps":           "a minimum length against early stopping; raise trainer.early_stopping_patience instead",
+	"trainer.fast_dev_run":        "a one-batch smoke run; use ortrain plan --memory --probe 1, or --set trainer.max_steps=1",
+	"trainer.overfit_batches":     "training on a fixed few batches",
+	"trainer.limit_train_batches": "a cap on an epoch's training batches; trainer.max_steps bounds the run",
+}
+
+// lightningNames are PyTorch Lightning's names for what ortrain calls
+// otherwise: an unknown key that is one of them says which to write.
+var lightningNames = map[string]string{
+	"trainer.accelerator":             "trainer.device (cpu, cuda, cuda:N or auto)",
+	"trainer.default_root_dir":        "output_dir",
+	"seed_everything":                 "seed",
+	"trainer.seed":                    "seed (top level)",
+	"trainer.check_val_every_n_epoch": "trainer.val_check_interval (1.0 is once an epoch; an integer counts steps)",
+	"trainer.every_n_train_steps":     "trainer.checkpoint_every_n_steps",
+	"trainer.patience":                "trainer.early_stopping_patience",
+	"trainer.min_delta":               "trainer.early_stopping_min_delta",
+	"trainer.benchmark":               "runtime.cudnn_conv_algo_search",
+	"trainer.resume_from_checkpoint":  "the --resume flag",
+	"trainer.ckpt_path":               "the --resume flag",
+	"trainer.enable_progress_bar":     "nothing: the bar shows on a terminal, lines in a log",
+	"scheduler.eta_min":               "scheduler.min_lr",
+	"scheduler.T_max":                 "trainer.max_steps (the schedule spans the run)",
+	"optimizer.learning_rate":         "optimizer.lr",
+	"data.val_batch_size":             "data.batch_size (validation uses it too)",
 }
 
 // decode reads doc into c, records which keys it set and where, and turns
@@ -126,6 +153,8 @@ func (c *Config) decode(doc, source string) error {
 		msg := "unknown key"
 		if why, ok := notBuilt[key]; ok {
 			msg = "not built: " + why
+		} else if name, ok := lightningNames[key]; ok {
+			msg += "; Lightning's name for " + name
 		} else if s := suggest(key); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", s)
 		}

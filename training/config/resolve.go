@@ -151,9 +151,13 @@ func (c *Config) Resolve() error {
 			bad("trainer.device", "%q is not \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"", t.Device)
 		}
 	}
-	if t.MaxEpochs < 0 || t.MaxSteps < 0 {
-		bad("trainer.max_steps", "trainer.max_epochs and trainer.max_steps must be ≥ 0")
-	} else if t.MaxEpochs == 0 && t.MaxSteps == 0 {
+	if t.MaxEpochs < 0 {
+		bad("trainer.max_epochs", "%d: must be ≥ 0; 0 leaves the length to trainer.max_steps (Lightning's -1)", t.MaxEpochs)
+	}
+	if t.MaxSteps < 0 {
+		bad("trainer.max_steps", "%d: must be ≥ 0; 0 leaves the length to trainer.max_epochs (Lightning's -1)", t.MaxSteps)
+	}
+	if t.MaxEpochs >= 0 && t.MaxSteps >= 0 && t.MaxEpochs == 0 && t.MaxSteps == 0 {
 		bad("trainer.max_steps", "set trainer.max_epochs or trainer.max_steps (both are 0, the run would never end)")
 	}
 	if t.AccumulateGradBatches < 1 {
@@ -162,7 +166,12 @@ func (c *Config) Resolve() error {
 	if t.GradientClipVal < 0 {
 		bad("trainer.gradient_clip_val", "must be ≥ 0 (0 disables clipping), not %g", t.GradientClipVal)
 	}
-	oneOf("trainer.gradient_clip_algorithm", t.GradientClipAlgorithm, "norm", "value")
+	if t.GradientClipAlgorithm == "value" {
+		// Lightning's name, refused where plan and train both see it.
+		bad("trainer.gradient_clip_algorithm", "\"value\" (clamping each gradient element) is not built: the optimizer clips by the global L2 norm; use \"norm\"")
+	} else {
+		oneOf("trainer.gradient_clip_algorithm", t.GradientClipAlgorithm, "norm")
+	}
 	if t.ValCheckInterval.Steps == 0 && !(t.ValCheckInterval.Fraction > 0 && t.ValCheckInterval.Fraction <= 1) {
 		bad("trainer.val_check_interval", "a fraction of an epoch must be in (0, 1], not %g", t.ValCheckInterval.Fraction)
 	}

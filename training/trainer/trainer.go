@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ortrain/ortrain/metrics"
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
@@ -216,6 +217,9 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 		for !s.ShouldStop {
 			if s.Step >= s.MaxSteps {
 				s.StopReason = fmt.Sprintf("reached %d steps", s.MaxSteps)
+				if e := t.cfg.Trainer.MaxEpochs; e > 0 && s.MaxSteps == int64(e)*s.StepsPerEpoch {
+					s.StopReason = fmt.Sprintf("reached %d epochs (%d steps)", e, s.MaxSteps)
+				}
 				break
 			}
 			stop := ctx.Err() != nil
@@ -385,11 +389,13 @@ func (t *Trainer) step() (callback.StepResult, error) {
 	}
 	clear(t.terms)
 	r.TermNames, r.Terms = t.eng.termNames, t.terms
+	epoch := t.cursor.Epoch
 	for k := range t.accum {
 		b, err := t.train.Next()
 		if err != nil {
 			return r, &DataError{Err: err, cursor: begin}
 		}
+		epoch = b.Epoch()
 		rows, err := t.eng.trainData.load(b, t.eng.allTrain)
 		if err != nil {
 			return r, err
@@ -452,7 +458,9 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		r.Metrics["data/skipped_samples"] = float64(t.skippedBad)
 	}
 	t.state.Step++
-	t.state.Epoch = int64(t.cursor.Epoch)
+	// The epoch the step's samples came from: the cursor has moved on to
+	// the next one after an epoch's last batch.
+	t.state.Epoch = int64(epoch)
 	r.Duration = time.Since(start)
 	return r, nil
 }
@@ -624,6 +632,9 @@ func CheckResume(c *config.Config, dir string) error {
 	st, err := checkpoint.ReadState(dir)
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
+	if m := c.Trainer.MaxSteps; m > 0 && st.Step >= m {
+		return &config.Error{Key: "trainer.max_steps", Msg: fmt.Sprintf("%d: the checkpoint %s is at step %d already, so nothing would train; raise trainer.max_steps to continue", m, dir, st.Step)}
 	}
 	_, err = resumable(c, dir, st.ConfigHash, st.Config)
 	return err
@@ -844,7 +855,11 @@ func checkMonitor(c *config.Config, m *artifacts.Manifest, validates bool) error
 	case mon == "":
 		return nil
 	case !slices.Contains(validationMetrics, mon):
-		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q is not a metric this run computes at validation (%s)", mon, strings.Join(validationMetrics, ", "))}
+		why := ""
+		if mon == metrics.ValSSIM && slices.Contains(validationMetrics, metrics.ValPSNR) {
+			why = fmt.Sprintf("; SSIM needs one-channel patches of at least %d voxels on every axis", metrics.GaussianWindow)
+		}
+		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q is not a metric this run computes at validation (%s)%s", mon, strings.Join(validationMetrics, ", "), why)}
 	case !validates:
 		return &config.Error{Key: "trainer.monitor", Msg: fmt.Sprintf("%q needs validation data (data.val, or a split of data.train), and this run has none", mon)}
 	}

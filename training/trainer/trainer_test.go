@@ -874,8 +874,28 @@ func TestResumePastTheSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.Close()
+	var ce *config.Error
+	if err := CheckResume(c, filepath.Join(dir, "checkpoints", "last")); !errors.As(err, &ce) || ce.Key != "trainer.max_steps" {
+		t.Errorf("resume of a run at step 4 with max_steps 4: %v; want a refusal naming trainer.max_steps", err)
+	}
 	said, _ := os.ReadFile(log.Name())
 	if want := "cosine over 4 steps: steps 5 to 6 train at its final LR, 0.0001"; !strings.Contains(string(said), want) {
 		t.Errorf("resume log %q; want it to say %q", said, want)
+	}
+}
+
+// TestEpochOfAStep: a step is logged with the epoch its samples came from,
+// the last step of an epoch included (the loader has moved on by then).
+func TestEpochOfAStep(t *testing.T) {
+	// 96 samples, 2 × 8 per step: 6 steps an epoch.
+	c := testConfig(t, mlpArtifacts(t), "trainer.max_steps=12", "trainer.checkpoint_every_n_steps=0")
+	var epochs []int64
+	rec := &recorder{onStep: func(s *callback.State) { epochs = append(epochs, s.Epoch) }}
+	if _, err := run(t, c, "", "", rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}
+	if !slices.Equal(epochs, want) {
+		t.Errorf("epochs by step %v, want %v", epochs, want)
 	}
 }

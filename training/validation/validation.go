@@ -67,12 +67,39 @@ func Names(m *artifacts.Manifest) []string {
 		out = append(out, metrics.ValNLL, metrics.ValPPL, metrics.ValBPT)
 	}
 	if slices.Contains(m.Outputs, ReconOutput) {
-		out = append(out, metrics.ValPSNR, metrics.ValSSIM)
+		out = append(out, metrics.ValPSNR)
+		if ssimFits(m) {
+			out = append(out, metrics.ValSSIM)
+		}
 	}
 	if slices.Contains(m.Outputs, CodesOutput) {
 		out = append(out, metrics.ValCodebookPerplexity, metrics.ValCodebookUsage)
 	}
 	return out
+}
+
+// ssimFits says whether validation computes val/ssim for m's samples: one
+// channel whose spatial axes hold SSIM's Gaussian window (see Add). Sizes
+// the graph leaves free are taken to fit.
+func ssimFits(m *artifacts.Manifest) bool {
+	if len(m.Data) == 0 {
+		return false
+	}
+	s := m.Data[0].Shape
+	if len(s) < 4 {
+		return true
+	}
+	for _, d := range s[1 : len(s)-3] {
+		if d > 1 {
+			return false
+		}
+	}
+	for _, d := range s[len(s)-3:] {
+		if d > 0 && d < metrics.GaussianWindow {
+			return false
+		}
+	}
+	return true
 }
 
 // Metrics accumulates a validation pass.
@@ -160,7 +187,7 @@ func (v *Metrics) addReconstruction(b *data.Batch, recon *ort.Value) error {
 		v.psnr.Add(p)
 		// One channel: SSIM over the volume, where its 11-sample Gaussian
 		// window fits (scikit-image's default).
-		if per == dims[0]*dims[1]*dims[2] && slices.Min(dims) >= 11 {
+		if per == dims[0]*dims[1]*dims[2] && slices.Min(dims) >= metrics.GaussianWindow {
 			s, err := metrics.SSIM(metrics.Volume{Data: x, Shape: dims}, metrics.Volume{Data: y, Shape: dims}, metrics.SSIMOptions{DataRange: 2})
 			if err != nil {
 				return err

@@ -163,13 +163,7 @@ func parseJSONArray(name string, r io.Reader, skipBad bool) ([]Example, int, err
 		if err := dec.Decode(&raw); err != nil {
 			return nil, skipped, &FileError{File: name, Row: i, Err: fmt.Errorf("not JSON: %v", err)}
 		}
-		var e Example
-		err := json.Unmarshal(raw, &e)
-		if err != nil {
-			err = fmt.Errorf("not a JSON object with string fields: %v", err)
-		} else {
-			err = check(e)
-		}
+		e, err := parseLine(raw)
 		if err != nil {
 			if !skipBad {
 				return nil, skipped, &FileError{File: name, Row: i, Err: err}

@@ -234,3 +234,15 @@ func FuzzReadParquet(f *testing.F) {
 		}
 	})
 }
+
+// TestGSM8KFieldOfAnotherType: a field of another JSON type is named, in
+// JSON lines and arrays alike.
+func TestGSM8KFieldOfAnotherType(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"a.jsonl": `{"question": "q", "answer": 16}` + "\n", "a.json": `[{"question": "q", "answer": 16}]`} {
+		p := writeFile(t, filepath.Join(dir, name), []byte(body))
+		if _, _, err := ReadGSM8K(p, false); err == nil || !strings.Contains(err.Error(), `"answer" is a JSON number; GSM8K's fields are strings`) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -129,6 +130,10 @@ func parseLine(b []byte) (Example, error) {
 	var e Example
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&e); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return e, fmt.Errorf("%q is a JSON %s; GSM8K's fields are strings", te.Field, te.Value)
+		}
 		return e, fmt.Errorf("not a JSON object: %v", err)
 	}
 	if dec.More() {
