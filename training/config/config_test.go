@@ -43,7 +43,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", "nmae = 1\n" + minimal, []string{"test.toml", "nmae", "unknown key", "did you mean name?"}},
 		{"unknown nested key", minimal + "\n[optimizer]\nbeta = [0.9, 0.99]\n", []string{"test.toml", "optimizer.beta", "unknown key", "optimizer.betas"}},
-		{"wrong type", "[trainer]\nmax_steps = \"ten\"\n", []string{"test.toml:2", "trainer.max_steps", "incompatible types"}},
+		{"wrong type", "[trainer]\nmax_steps = \"ten\"\n", []string{"test.toml:2", "trainer.max_steps", "a string where an integer is wanted"}},
 		{"syntax error", "[trainer\nmax_steps = 1\n", []string{"test.toml:", "table name"}},
 		{"bad byte size", "[data]\nmemory_limit = \"8 gigs\"\n", []string{"test.toml:2", "data.memory_limit", "not a byte size"}},
 		{"fraction above one", "[trainer]\nval_check_interval = 1.5\n", []string{"test.toml:2", "trainer.val_check_interval", "(0, 1]"}},
@@ -170,6 +170,8 @@ func TestOverride(t *testing.T) {
 		{"trainer.max_steps=lots", "--set trainer.max_steps"},
 		{"trainer.sync_batchnorm=true", "--set trainer.sync_batchnorm: not built: synchronised BatchNorm"},
 		{`trainer.accelerator="gpu"`, "--set trainer.accelerator: unknown key; Lightning's name for trainer.device"},
+		{`optimizer.betas="(0.9,0.95)"`, "--set optimizer.betas: a string where a list is wanted (write [0.9, 0.95]"},
+		{"trainer.max_steps=1e3", "--set trainer.max_steps: a float where an integer is wanted"},
 		{`trainer.max_time="00:12:00:00"`, "--set trainer.max_time: not built: a time limit"},
 		{"trainer.max_steps", "want key.sub=value"},
 		{"trainer..x=1", "want key.sub=value"},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -184,7 +185,40 @@ func tomlError(err error, source string) error {
 		return &Error{Source: source, Msg: err.Error()}
 	}
 	line, _ := strconv.Atoi(m[1])
-	return &Error{Source: source, Line: line, Key: m[2], Msg: m[3]}
+	if strings.HasPrefix(source, "--set ") {
+		line = 0 // the line of the one-line document --set makes
+	}
+	return &Error{Source: source, Line: line, Key: m[2], Msg: plainTypes(m[3])}
+}
+
+// typeMismatch is how the TOML decoder words a value of the wrong type.
+var typeMismatch = regexp.MustCompile(`^incompatible types: TOML value has type (\S+); destination has type (\S+)$`)
+
+// typeWords name the decoder's Go and TOML types as a config's reader
+// knows them.
+var typeWords = map[string]string{
+	"string": "a string", "float64": "a float", "float": "a float", "int64": "an integer", "integer": "an integer",
+	"bool": "a boolean", "slice": "a list", "[]interface {}": "a list", "map": "a table", "map[string]interface {}": "a table",
+}
+
+// plainTypes rewords a type mismatch: "a string where a list is wanted
+// (write [0.9, 0.95])"; other messages are kept.
+func plainTypes(msg string) string {
+	m := typeMismatch.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	got, want := cmp.Or(typeWords[m[1]], m[1]), cmp.Or(typeWords[m[2]], m[2])
+	s := fmt.Sprintf("%s where %s is wanted", got, want)
+	switch want {
+	case "a list":
+		s += " (write [0.9, 0.95]: square brackets, commas)"
+	case "a float":
+		s += " (write the number without quotes: 1e-3)"
+	case "an integer":
+		s += " (write a whole number without quotes, point or exponent: 1000)"
+	}
+	return s
 }
 
 // knownKeys lists every dotted key of the schema, for suggestions.
