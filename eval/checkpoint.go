@@ -101,7 +101,7 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 	if cfg.Data.Kind == config.KindVolumes || len(o.Inputs) > 0 {
 		err = res.volumes(ctx, o, cfg, dir, weights)
 	} else {
-		err = res.loss(cfg, dir, m, weights, o.Session)
+		err = res.loss(cfg, dir, m, weights, o.Session, ck.State.Classes)
 	}
 	if err == nil && gen != nil {
 		var progress func(done, correct int)
@@ -383,8 +383,8 @@ func validationVolumes(cfg *config.Config) ([]string, string, error) {
 }
 
 // loss runs the validation set through the eval graph once.
-func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Manifest, weights WeightSource, opts ort.Options) error {
-	_, val, err := setup.Datasets(cfg, m)
+func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Manifest, weights WeightSource, opts ort.Options, classes []string) error {
+	val, err := setup.Validation(cfg, m, classes)
 	if err != nil {
 		return err
 	}

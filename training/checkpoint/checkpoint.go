@@ -72,6 +72,10 @@ type State struct {
 	// Callbacks holds state of loop callbacks (e.g. early stopping's
 	// patience counter) by name.
 	Callbacks map[string]json.RawMessage `json:"callbacks,omitempty"`
+	// Classes names each label of a class-folder dataset (data.train's
+	// folders, sorted), so that eval labels validation folders alike
+	// without data.train, and a resume notices folders that changed.
+	Classes []string `json:"classes,omitempty"`
 	// ConfigHash is config.Config.Hash of the run; Config its resolved TOML.
 	ConfigHash string `json:"config_hash,omitempty"`
 	Config     string `json:"config,omitempty"`

@@ -42,9 +42,26 @@ const (
 // describes for the model of manifest m; val is nil without validation
 // data. Missing paths are errors naming the key and the path.
 func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset, err error) {
+	return datasets(c, m, nil)
+}
+
+// Validation is the validation set of Datasets alone, for evaluating a
+// checkpoint: with the class list the checkpoint recorded (classes, nil
+// for none), class folders are labelled by it and data.train is not read.
+func Validation(c *config.Config, m *artifacts.Manifest, classes []string) (data.Dataset, error) {
+	if c.Data.Kind != config.KindImages || c.Data.Val == "" {
+		classes = nil
+	}
+	_, val, err := datasets(c, m, classes)
+	return val, err
+}
+
+// datasets is Datasets; recorded, when set, are the image classes a
+// checkpoint recorded, and then only the validation set is made.
+func datasets(c *config.Config, m *artifacts.Manifest, recorded []string) (train, val data.Dataset, err error) {
 	d := c.Data
 	for _, p := range []struct{ key, path string }{{"data.train", d.Train}, {"data.val", d.Val}} {
-		if p.path == "" || d.Kind == config.KindSynthetic || PathExists(d.Kind, p.path) {
+		if p.path == "" || d.Kind == config.KindSynthetic || PathExists(d.Kind, p.path) || (recorded != nil && p.key == "data.train") {
 			continue
 		}
 		abs, _ := filepath.Abs(p.path)
@@ -77,8 +94,8 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 		// reachable past config.Resolve, which requires it) val numbers its
 		// own classes.
 		var trainItems []images.Item
-		var classes []string
-		if d.Train != "" {
+		classes := recorded
+		if d.Train != "" && recorded == nil {
 			if trainItems, classes, err = imageFolders("data.train", d.Train, nil); err != nil {
 				return nil, nil, err
 			}
@@ -98,7 +115,7 @@ func Datasets(c *config.Config, m *artifacts.Manifest) (train, val data.Dataset,
 			}
 			return images.New(items, cfg)
 		}
-		if d.Train != "" {
+		if d.Train != "" && recorded == nil {
 			if train, err = open(trainItems, true); err != nil {
 				return nil, nil, err
 			}

@@ -106,6 +106,7 @@ type Trainer struct {
 	lastGood    string // newest checkpoint known whole
 	configHash  string
 	configTOML  string
+	classes     []string // the training set's class folders, when it has them
 }
 
 // schedState is what a checkpoint stores for the schedule: the schedule
@@ -162,6 +163,9 @@ func New(o Options) (t *Trainer, err error) {
 	// A data-parallel run validates a shard on each rank and sums the
 	// totals, where every metric adds up (validation.Metrics.Shardable).
 	t.valShards = o.Comm != nil && validation.New(m, c).Shardable()
+	if cn, ok := o.Train.(interface{ ClassNames() []string }); ok {
+		t.classes = cn.ClassNames()
+	}
 	if t.train, t.val, err = loaders(c, o.Train, o.Val, o.Comm, t.valShards); err != nil {
 		return t, err
 	}
@@ -543,13 +547,21 @@ func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Ten
 		return nil, nil, err
 	}
 	st := &checkpoint.State{Loader: cur, Scheduler: sch, Callbacks: cbs, Monitor: t.cfg.Trainer.Monitor,
-		ConfigHash: t.configHash, Config: t.configTOML, Version: artifacts.Version}
+		ConfigHash: t.configHash, Config: t.configTOML, Version: artifacts.Version, Classes: t.classes}
 	if t.scaler != nil {
 		if st.LossScaler, err = json.Marshal(t.scaler); err != nil {
 			return nil, nil, err
 		}
 	}
 	return st, t.eng.tensors(), nil
+}
+
+// abbreviate lists the first few names and how many more.
+func abbreviate(names []string) string {
+	if len(names) <= 6 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, ... %d more", strings.Join(names[:6], ", "), len(names)-6)
 }
 
 // restore continues from the checkpoint in dir: tensors back onto the
@@ -564,6 +576,12 @@ func (t *Trainer) restore(dir string, log io.Writer) error {
 	added, err := resumable(t.cfg, dir, st.ConfigHash, st.Config)
 	if err != nil {
 		return err
+	}
+	// A class folder added or renamed since shifts the labels after it:
+	// the weights would go on learning the old classes under new numbers.
+	if len(st.Classes) > 0 && t.classes != nil && !slices.Equal(st.Classes, t.classes) {
+		return &config.Error{Key: "data.train", Msg: fmt.Sprintf("%s's class folders (%d: %s) are not those the checkpoint %s trained on (%d: %s): labels would change meaning; restore the folders, or start a new run (model.init_weights = the checkpoint)",
+			t.cfg.Data.Train, len(t.classes), abbreviate(t.classes), dir, len(st.Classes), abbreviate(st.Classes))}
 	}
 	fresh, err := t.eng.restore(ck.Tensors, added)
 	if err != nil {
