@@ -105,19 +105,7 @@ func TestDataParallelTwoRanks(t *testing.T) {
 		t.Fatalf("run directories %v: want the single run's and rank 0's only", versions)
 	}
 	one, two := tensors(t, filepath.Join(versions[0], "checkpoints", "last")), tensors(t, filepath.Join(versions[1], "checkpoints", "last"))
-	worst, name := 0.0, ""
-	for k, a := range one {
-		b := two[k]
-		scale := 0.0
-		for _, x := range a {
-			scale = max(scale, math.Abs(x))
-		}
-		for i := range a {
-			if d := math.Abs(a[i]-b[i]) / (scale + 1e-12); d > worst {
-				worst, name = d, k
-			}
-		}
-	}
+	worst, name := worstDifference(one, two)
 	t.Logf("2 ranks × 2 against 1 × 4 after 50 steps: worst weight difference %.2g of its tensor's largest (%s)", worst, name)
 	if worst > 1e-3 || len(one) != len(two) {
 		t.Errorf("weights after 50 steps differ by %.2g (%s): the ranks did not train as one process", worst, name)
@@ -162,18 +150,7 @@ func TestDataParallelTwoRanks(t *testing.T) {
 	v3 := filepath.Join(root, "outputs", "vq", "version_3")
 	mpi("--resume", v3)
 	for _, v := range []string{v2, v3} {
-		got := tensors(t, filepath.Join(v, "checkpoints", "last"))
-		worst := 0.0
-		for k, a := range one {
-			b := got[k]
-			scale := 0.0
-			for _, x := range a {
-				scale = max(scale, math.Abs(x))
-			}
-			for i := range a {
-				worst = max(worst, math.Abs(a[i]-b[i])/(scale+1e-12))
-			}
-		}
+		worst, _ := worstDifference(one, tensors(t, filepath.Join(v, "checkpoints", "last")))
 		t.Logf("%s (world size changed at step 25) against the uninterrupted run: worst %.2g", filepath.Base(v), worst)
 		if worst > 1e-3 {
 			t.Errorf("%s: after a resume across world sizes the weights differ by %.2g", filepath.Base(v), worst)
@@ -240,16 +217,7 @@ func TestDataParallelOnGPU(t *testing.T) {
 	}
 	one := tensors(t, filepath.Join(root, "outputs", "vq", "version_0", "checkpoints", "last"))
 	nccl := tensors(t, filepath.Join(root, "outputs", "vq", "version_1", "checkpoints", "last"))
-	worst := 0.0
-	for k, a := range one {
-		scale := 0.0
-		for _, x := range a {
-			scale = max(scale, math.Abs(x))
-		}
-		for i := range a {
-			worst = max(worst, math.Abs(a[i]-nccl[k][i])/(scale+1e-12))
-		}
-	}
+	worst, _ := worstDifference(one, nccl)
 	t.Logf("one-rank NCCL job against the plain run on %v after 20 steps: worst weight difference %.2g", dev, worst)
 	if worst > 1e-4 || len(one) != len(nccl) {
 		t.Errorf("the NCCL job's weights differ by %.2g from the plain run's", worst)
@@ -277,6 +245,30 @@ func valMetrics(t *testing.T, version string) map[string]float64 {
 }
 
 // tensors reads a checkpoint's float32 tensors as float64.
+// worstDifference is the largest difference between two checkpoints'
+// tensors, each relative to its tensor's largest magnitude in a, and the
+// tensor where it is (a tensor b lacks counts as all zeros).
+func worstDifference(a, b map[string][]float64) (float64, string) {
+	worst, name := 0.0, ""
+	for k, x := range a {
+		y := b[k]
+		scale := 0.0
+		for _, v := range x {
+			scale = max(scale, math.Abs(v))
+		}
+		for i := range x {
+			yi := 0.0
+			if i < len(y) {
+				yi = y[i]
+			}
+			if d := math.Abs(x[i]-yi) / (scale + 1e-12); d > worst {
+				worst, name = d, k
+			}
+		}
+	}
+	return worst, name
+}
+
 func tensors(t *testing.T, ck string) map[string][]float64 {
 	t.Helper()
 	ts, _, err := safetensors.Read(filepath.Join(ck, checkpoint.TensorsFile))

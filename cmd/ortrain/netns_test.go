@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,17 +100,7 @@ func TestDataParallelAcrossNetworkNamespaces(t *testing.T) {
 		t.Fatalf("run directories %v: want the single run's and rank 0's only", versions)
 	}
 	one, two := tensors(t, filepath.Join(versions[0], "checkpoints", "last")), tensors(t, filepath.Join(versions[1], "checkpoints", "last"))
-	worst := 0.0
-	for k, a := range one {
-		b := two[k]
-		scale := 0.0
-		for _, x := range a {
-			scale = max(scale, math.Abs(x))
-		}
-		for i := range a {
-			worst = max(worst, math.Abs(a[i]-b[i])/(scale+1e-12))
-		}
-	}
+	worst, _ := worstDifference(one, two)
 	// The gradients crossed the link: for each step's sum, rank 0 sends at
 	// least half of every gradient (float32), whatever MPI's algorithm.
 	m, err := artifacts.Load(filepath.Join(versions[1], "artifacts"))
