@@ -2,9 +2,9 @@ package setup
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/ortrain/ortrain/training/artifacts"
@@ -23,7 +23,7 @@ func CheckData(c *config.Config, m *artifacts.Manifest, train, val data.Dataset)
 	for _, d := range m.Data {
 		inputs[d.Name] = true
 	}
-	for _, k := range sortedKeys(c.Data.Feeds) {
+	for _, k := range slices.Sorted(maps.Keys(c.Data.Feeds)) {
 		if !inputs[k] {
 			var names []string
 			for _, d := range m.Data {
@@ -142,13 +142,4 @@ func checkClasses(c *config.Config, m *artifacts.Manifest, key string, ds data.D
 	}
 	return &config.Error{Key: key, Msg: fmt.Sprintf("%s has %d class folders, but the model has %d outputs: the classes past %q (%s) have no output; remove those folders or build the model with %d classes",
 		path, len(names), m.Classes, names[m.Classes-1], strings.Join(names[m.Classes:min(len(names), m.Classes+5)], ", "), len(names))}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
