@@ -33,7 +33,10 @@ type Case struct {
 	Recipe    string
 	Params    map[string]any
 	Optimizer map[string]any // [optimizer] keys: name, lr, momentum
-	Batches   [2]int
+	Batches   [2]int         // the memory benchmark's two batch sizes; the speed benchmark's small size takes the second
+	// Preset is the configuration whose model, batch and recompute the
+	// speed benchmark takes at the users' sizes.
+	Preset string
 }
 
 // Cases are the three model families at sizes a 2-core machine measures
@@ -41,12 +44,12 @@ type Case struct {
 // the 3D VQ-GAN at reduced widths.
 var Cases = []Case{
 	{Name: "resnet50", Recipe: "resnet", Params: map[string]any{"depth": 50},
-		Optimizer: map[string]any{"name": "sgd", "lr": 0.1, "momentum": 0.9}, Batches: [2]int{4, 8}},
+		Optimizer: map[string]any{"name": "sgd", "lr": 0.1, "momentum": 0.9}, Batches: [2]int{4, 8}, Preset: "resnet50-a10g-balanced"},
 	{Name: "bd3lm", Recipe: "bd3lm", Params: map[string]any{"hidden": 256, "layers": 4, "heads": 4, "seq_len": 256, "block_size": 16},
-		Optimizer: map[string]any{"name": "adamw", "lr": 3e-4}, Batches: [2]int{2, 4}},
+		Optimizer: map[string]any{"name": "adamw", "lr": 3e-4}, Batches: [2]int{2, 4}, Preset: "bd3lm-gsm8k-h200"},
 	{Name: "vqgan3d", Recipe: "vqgan3d", Params: map[string]any{"channels": 16, "channel_mult": []int{1, 2}, "res_blocks": 1,
 		"patch_size": []int{32, 32, 32}, "groups": 8, "codebook_size": 256},
-		Optimizer: map[string]any{"name": "adamw", "lr": 3e-4}, Batches: [2]int{2, 4}},
+		Optimizer: map[string]any{"name": "adamw", "lr": 3e-4}, Batches: [2]int{2, 4}, Preset: "vqgan3d-h200"},
 }
 
 // Lookup returns the case named name.

@@ -39,6 +39,10 @@ type StepResult struct {
 	Positions int64
 	Duration  time.Duration
 	DataWait  time.Duration // part of Duration spent waiting for batches
+	// RunTime is the part of Duration spent inside ONNX Runtime's
+	// training and optimizer runs (on a GPU, the device's work too: a run
+	// returns when its outputs are ready).
+	RunTime time.Duration
 	// Skipped is true when the loss or gradients were not finite and the
 	// optimizer step was skipped (trainer.skip_nonfinite).
 	Skipped bool

@@ -91,8 +91,8 @@ func TestLogMetrics(t *testing.T) {
 	cb := NewLogMetrics(l, 2, gpu{})
 	s := &State{}
 	steps := []StepResult{
-		{Loss: 4, LR: 0.1, GradNorm: 1, Samples: 8, Duration: time.Second, DataWait: 250 * time.Millisecond},
-		{Loss: 2, LR: 0.2, GradNorm: 3, Samples: 8, Duration: time.Second, DataWait: 250 * time.Millisecond},
+		{Loss: 4, LR: 0.1, GradNorm: 1, Samples: 8, Duration: time.Second, DataWait: 250 * time.Millisecond, RunTime: 700 * time.Millisecond},
+		{Loss: 2, LR: 0.2, GradNorm: 3, Samples: 8, Duration: time.Second, DataWait: 250 * time.Millisecond, RunTime: 500 * time.Millisecond},
 		{Loss: math.NaN(), LR: 0.3, GradNorm: math.NaN(), Samples: 8, Tokens: 80, Duration: time.Second, Skipped: true},
 		{Loss: 1, LR: 0.4, GradNorm: 2, Samples: 8, Tokens: 80, Duration: time.Second, Metrics: map[string]float64{"train/kl": 0.5}},
 	}
@@ -113,7 +113,7 @@ func TestLogMetrics(t *testing.T) {
 		want float64
 	}{
 		{0, "train/loss", 3}, {0, "lr", 0.2}, {0, "grad_norm", 3}, {0, "throughput/samples_per_s", 8},
-		{0, "time/data_wait_frac", 0.25}, {0, "gpu/util", 97},
+		{0, "time/data_wait_frac", 0.25}, {0, "gpu/util", 97}, {0, "time/step_ms", 1000}, {0, "time/host_ms", 150},
 		{1, "train/loss", 1}, {1, "train/skipped_steps", 1}, {1, "throughput/tokens_per_s", 80}, {1, "train/kl", 0.5},
 		{2, "val/loss", 0.9},
 	} {

@@ -207,8 +207,10 @@ type MetricSource interface {
 // model's other scalar outputs (means over the steps since the last row,
 // skipped steps excluded), lr, grad_norm, epoch,
 // throughput/samples_per_s (and tokens_per_s without padding,
-// padded_tokens_per_s with it), time/data_wait_frac,
-// train/skipped_steps (cumulative), the step's own Metrics and those of the
+// padded_tokens_per_s with it), time/data_wait_frac, time/step_ms (a
+// step's mean wall time) and time/host_ms (its part outside ONNX
+// Runtime's runs and the wait for data: staging batches, collectives,
+// the loop's bookkeeping), train/skipped_steps (cumulative), the step's own Metrics and those of the
 // sources.
 type LogMetrics struct {
 	logger  logging.Logger
@@ -220,7 +222,9 @@ type LogMetrics struct {
 	termSums        []float64 // of StepResult.Terms, over the same steps as lossSum
 	samples, tokens int64
 	positions       int64
+	steps           int64
 	elapsed, wait   time.Duration
+	run             time.Duration
 	skipped         int64
 }
 
@@ -249,8 +253,10 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 	m.samples += r.Samples
 	m.tokens += r.Tokens
 	m.positions += r.Positions
+	m.steps++
 	m.elapsed += r.Duration
 	m.wait += r.DataWait
+	m.run += r.RunTime
 	if s.Step%m.every != 0 {
 		return nil
 	}
@@ -281,6 +287,8 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 			row["throughput/padded_tokens_per_s"] = float64(m.positions) / sec
 		}
 		row["time/data_wait_frac"] = m.wait.Seconds() / sec
+		row["time/step_ms"] = sec * 1e3 / float64(m.steps)
+		row["time/host_ms"] = max(0, (m.elapsed-m.wait-m.run).Seconds()) * 1e3 / float64(m.steps)
 	}
 	for k, v := range r.Metrics {
 		row[k] = v
@@ -291,6 +299,7 @@ func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 		}
 	}
 	m.lossSum, m.lossN, m.samples, m.tokens, m.positions, m.elapsed, m.wait = 0, 0, 0, 0, 0, 0, 0
+	m.steps, m.run = 0, 0
 	return m.logger.Log(s.Step, row)
 }
 

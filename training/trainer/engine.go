@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -71,6 +72,10 @@ type engine struct {
 	loss, gradNorm, evalLoss []float32
 
 	trainData, evalData stage
+	// ortTime is the time spent inside ONNX Runtime's training and
+	// optimizer runs since the trainer last took it (the rest of a step is
+	// the host's: data, staging, collectives, bookkeeping).
+	ortTime time.Duration
 	// allTrain and allEval list every training and eval binding, which a
 	// staged batch feeds.
 	allTrain, allEval []*ort.Binding
@@ -435,7 +440,10 @@ func firstErr(what string, errs []error) error {
 // new values are kept only when the loss is finite.
 func (e *engine) forward(reset bool, globalStep int64) (float64, error) {
 	e.reset[0], e.globalStep[0] = reset, float32(globalStep)
-	if err := e.trainB[e.p][e.g][e.u].Run(); err != nil {
+	start := time.Now()
+	err := e.trainB[e.p][e.g][e.u].Run()
+	e.ortTime += time.Since(start)
+	if err != nil {
 		return 0, fmt.Errorf("training graph: %w", err)
 	}
 	e.g ^= 1
@@ -452,7 +460,10 @@ func (e *engine) forward(reset bool, globalStep int64) (float64, error) {
 // they were.
 func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gradNorm float64, applied bool, err error) {
 	e.lr[0], e.step[0], e.gradScale[0], e.clipNorm[0] = float32(lr), float32(step), float32(gradScale), float32(clipNorm)
-	if err := e.optB[e.p][e.g].Run(); err != nil {
+	start := time.Now()
+	err = e.optB[e.p][e.g].Run()
+	e.ortTime += time.Since(start)
+	if err != nil {
 		return math.NaN(), false, fmt.Errorf("optimizer graph: %w", err)
 	}
 	gn := float64(e.gradNorm[0])

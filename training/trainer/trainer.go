@@ -379,6 +379,7 @@ func (e *DataError) BadInput() bool { return true }
 // step runs one optimizer step: accumulate micro-batches, then update.
 func (t *Trainer) step() (callback.StepResult, error) {
 	start := time.Now()
+	t.eng.ortTime = 0
 	r := callback.StepResult{GradNorm: math.NaN(), LR: t.sched.LR(t.state.Step)}
 	gradScale := 1 / float64(t.accum)
 	if t.scaler != nil {
@@ -466,6 +467,7 @@ func (t *Trainer) step() (callback.StepResult, error) {
 	// the next one after an epoch's last batch.
 	t.state.Epoch = int64(epoch)
 	r.Duration = time.Since(start)
+	r.RunTime, t.eng.ortTime = t.eng.ortTime, 0
 	return r, nil
 }
 

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+)
+
+// asCLI makes the test binary run as the ortrain command: `ortrain bench`
+// starts `ortrain train` as its own executable, which in a test is this
+// binary.
+const asCLI = "ORTRAIN_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) == "1" {
+		os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchSpeed runs the speed benchmark at its small size as CI can
+// afford (the VQ-GAN case at batch 1, one warm-up and two measured steps)
+// and, where Debian's PyTorch is installed, its eager twin and the
+// torch.compile row (which PyTorch 1.13 lacks, and says so). It checks the
+// table's figures are measured, not their values: a benchmark, not a
+// timed assertion.
+func TestBenchSpeed(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	t.Setenv(asCLI, "1")
+	const python = "/usr/bin/python3"
+	torch := exec.Command(python, "-c", "import torch, torchvision").Run() == nil
+	args := []string{"ortrain", "bench", "--case", "vqgan3d", "--batch", "1", "--warmup", "1", "--steps", "2"}
+	if torch {
+		args = append(args, "--torch", "--python", python, "--twins", filepath.Join("..", "..", "models", "pytorch"), "--mode", "eager", "--mode", "compile")
+	}
+	var out, errOut bytes.Buffer
+	if code := run(args, &out, &errOut); code != 0 {
+		t.Fatalf("bench: exit %d\n%s", code, errOut.String())
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[0] == "vqgan3d" {
+			rows[f[1]+" "+f[2]] = f[3:]
+		}
+	}
+	number := func(row []string, i int) float64 {
+		t.Helper()
+		v, err := strconv.ParseFloat(row[i], 64)
+		if err != nil {
+			t.Fatalf("column %d of %v: %v\n%s", i, row, err, out.String())
+		}
+		return v
+	}
+	o, ok := rows["ortrain cpu"]
+	if !ok || len(o) != 9 {
+		t.Fatalf("no ortrain row of 9 figures:\n%s", out.String())
+	}
+	// precision batch samples/s tokens/s step-ms host-ms wait% peak-MB RSS-MB
+	sps, step, host, peak := number(o, 2), number(o, 4), number(o, 5), number(o, 7)
+	if o[1] != "1" || sps <= 0 || step <= 0 || host < 0 || host >= step || peak <= 0 {
+		t.Errorf("ortrain row %v: want batch 1, positive throughput, step time and peak, host time within the step\n%s", o, out.String())
+	}
+	if d := sps*step/1e3 - 1; d > 0.02 || d < -0.02 { // samples/s is printed to 2 decimals
+		t.Errorf("samples/s %v and step %v ms disagree for batch 1", sps, step)
+	}
+	if !torch {
+		t.Log("PyTorch not installed: twins not run")
+		return
+	}
+	e, ok := rows["torch eager"]
+	if !ok || len(e) != 10 || number(e, 2) <= 0 || number(e, 9) <= 0 {
+		t.Errorf("eager twin row %v: want throughput and a ratio\n%s", e, out.String())
+	}
+	if c, ok := rows["torch compile"]; !ok || (c[0] != "not" && len(c) != 10) {
+		t.Errorf("compile twin row %v: want a measurement or why not\n%s", c, out.String())
+	}
+}
