@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/ortrain/ortrain/eval/report"
 	"github.com/ortrain/ortrain/eval/sliding"
@@ -52,6 +56,20 @@ type CheckpointOptions struct {
 	Mode      sliding.Mode
 	BatchSize int
 	Session   ort.Options
+	// DataRange, when > 0, is the intensity range PSNR and SSIM assume
+	// (scikit-image's data_range); 0 takes the intensity window's width,
+	// or each reference's max − min when the model has no window.
+	DataRange float64
+	// VolumeFlags names the volume-only command-line flags the user gave
+	// (--overlap, --blend, --data-range ...): refused, naming them, for a
+	// model that is not a volume model rather than ignored.
+	VolumeFlags []string
+	// VolumeProgress, when set, hears of each volume's reconstruction:
+	// once when it starts (Done 0), then after every batch of windows.
+	VolumeProgress func(VolumeProgress)
+	// Warn, when set, hears of what the results should be read with
+	// (a --data-range far below the data's range).
+	Warn func(string)
 	// Generate, for a bd3lm checkpoint, samples answers to the first
 	// Generate validation questions with Decoding and reports GSM8K's
 	// exact-match accuracy as val/exact_match; Progress, when set, hears
@@ -70,6 +88,21 @@ type CheckpointResult struct {
 	// Mean averages the per-volume metrics, or holds the validation loss
 	// and accuracies of other models.
 	Mean map[string]float64 `json:"mean"`
+	// MeanOf counts the volumes each mean is over: SSIM and MS-SSIM are
+	// not computed for volumes too small for their windows.
+	MeanOf map[string]int `json:"mean_of,omitempty"`
+	// DataRange is the --data-range the volumes were measured with (0:
+	// each volume's data_range says what it was).
+	DataRange float64 `json:"data_range,omitempty"`
+	// Window is the model's intensity window (data.volumes.window), nil
+	// when it has none and each volume is windowed to its own min..max;
+	// ReferenceClipped says the references were clamped to it before
+	// measuring (each volume's clipped_voxels counts the voxels clamped).
+	Window           *[2]float64 `json:"window,omitempty"`
+	ReferenceClipped *bool       `json:"reference_clipped,omitempty"`
+	// Skipped lists the validation files data.skip_bad_files dropped,
+	// with what was wrong with them (val/skipped_samples counts them).
+	Skipped []string `json:"skipped_files,omitempty"`
 	// Reports holds the report entries of the volumes (not serialised).
 	Reports []report.VolumeResult `json:"-"`
 	// Generations are the answers sampled for Generate (written apart).
@@ -98,7 +131,12 @@ func EvaluateCheckpoint(ctx context.Context, o CheckpointOptions) (*CheckpointRe
 		}
 		defer gen.Close()
 	}
-	if cfg.Data.Kind == config.KindVolumes || len(o.Inputs) > 0 {
+	isVolumes := cfg.Data.Kind == config.KindVolumes || len(o.Inputs) > 0
+	if !isVolumes && len(o.VolumeFlags) > 0 {
+		return nil, &InputError{Err: fmt.Errorf("%s: only volume models (data.kind = \"volumes\") reconstruct volumes; the model of %s is trained on data.kind = %q, and eval measures it on its validation set",
+			strings.Join(o.VolumeFlags, ", "), ckDir, cfg.Data.Kind)}
+	}
+	if isVolumes {
 		err = res.volumes(ctx, o, cfg, dir, weights)
 	} else {
 		err = res.loss(cfg, dir, m, weights, o.Session, ck.State.Classes)
@@ -289,24 +327,53 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 	var w volumes.Window
 	if v := cfg.Data.Volumes.Window; len(v) == 2 {
 		w = volumes.Window{Low: float32(v[0]), High: float32(v[1])}
+		r.Window = &[2]float64{float64(w.Low), float64(w.High)}
 	}
-	var patch [3]int // [D, H, W], as the config gives it
+	clipped := r.Window != nil
+	r.ReferenceClipped = &clipped
+	r.DataRange = o.DataRange
+	patch := model.Patch() // [D, H, W]
 	if p := cfg.Data.Volumes.PatchSize; len(p) == 3 {
 		patch = [3]int(p)
 	}
-	sums := map[string]*metrics.Mean{}
 	for i, f := range files {
 		vol, err := readVolume(f)
 		if err != nil {
 			return err
 		}
 		shape := Shape(vol)
-		rec, err := Reconstruct(ctx, model, vol.Data, shape, w, sliding.Options{Patch: patch, Overlap: o.Overlap, Mode: o.Mode, BatchSize: o.BatchSize})
+		if w == (volumes.Window{}) {
+			// Without a window the volume is mapped from its own min..max,
+			// which a constant volume does not have.
+			if lo, hi, err := finiteRange(vol.Data); err == nil && lo == hi {
+				return &InputError{File: f, Err: fmt.Errorf("the volume is constant (every voxel %g), so it has no min..max to window to the model's [-1, 1]: give the window the model was trained on, --set 'data.volumes.window=[LOW,HIGH]' (PSNR and SSIM then take its width as the data range, or --data-range)", lo)}
+			}
+		}
+		sopt := sliding.Options{Patch: patch, Overlap: o.Overlap, Mode: o.Mode, BatchSize: o.BatchSize}
+		if o.VolumeProgress != nil {
+			p := VolumeProgress{Name: ids[i], Index: i + 1, Volumes: len(files), Patch: patch, Overlap: o.Overlap}
+			for a := range 3 {
+				p.Shape[a] = max(shape[a], patch[a]) // padded as Reconstruct pads
+			}
+			p.Interval = sopt.Interval()
+			if p.Windows, err = sliding.Windows(p.Shape, sopt); err != nil {
+				return &InputError{File: f, Err: err}
+			}
+			def := sopt
+			def.Overlap = DefaultOverlap
+			p.DefaultWindows, _ = sliding.Windows(p.Shape, def)
+			o.VolumeProgress(p)
+			sopt.Progress = func(done, _ int) {
+				p.Done = done
+				o.VolumeProgress(p)
+			}
+		}
+		rec, err := Reconstruct(ctx, model, vol.Data, shape, w, sopt)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		dataRange := 0.0
-		if w.High > w.Low {
+		dataRange := o.DataRange
+		if dataRange == 0 && w.High > w.Low {
 			dataRange = float64(w.High - w.Low)
 		}
 		vm, err := Compare(f, rec.Recon, rec.Reference, shape, dataRange)
@@ -314,29 +381,59 @@ func (r *CheckpointResult) volumes(ctx context.Context, o CheckpointOptions, cfg
 			return err
 		}
 		vm.ID = ids[i]
+		vm.Window = &rec.Window
+		vm.Clipped = &rec.Clipped
 		if err := checkFinite(f, rec.Recon); err != nil {
 			return err
 		}
+		if o.DataRange > 0 && o.Warn != nil {
+			if note := rangeNote("--data-range", o.DataRange, rec.Reference); note != "" {
+				o.Warn(fmt.Sprintf("%s: %s", f, note))
+			}
+		}
 		r.Volumes = append(r.Volumes, vm)
 		ref := &nifti.Volume{Header: vol.Header, Data: rec.Reference}
-		r.Reports = append(r.Reports, vm.ReportEntry(ref, rec.Recon))
-		means := map[string]float64{"psnr": vm.PSNR, "mae": vm.MAE, "mse": vm.MSE}
-		if vm.SSIM != nil {
-			means["ssim"] = *vm.SSIM // the mean of the volumes it is computed for
+		entry := vm.ReportEntry(ref, rec.Recon)
+		if rec.Clipped > 0 {
+			entry.InputLabel = fmt.Sprintf("input clipped to [%g, %g]", rec.Window[0], rec.Window[1])
 		}
-		for k, v := range means {
-			if sums[k] == nil {
-				sums[k] = &metrics.Mean{}
-			}
-			sums[k].Add(v)
+		if isArray(f) {
+			entry.Spacing, entry.SpacingUnknown = [3]float64{}, true
 		}
+		r.Reports = append(r.Reports, entry)
 		if o.Out != "" {
 			if err := volumes.Write(o.Out, vol.Header, rec.Recon); err != nil {
 				return err
 			}
 		}
 	}
+	return r.volumeMeans()
+}
+
+// volumeMeans averages the volumes' metrics into Mean, counting in MeanOf
+// the volumes each is over: SSIM and MS-SSIM are the means of the volumes
+// they are computed for.
+func (r *CheckpointResult) volumeMeans() error {
+	sums := map[string]*metrics.Mean{}
+	r.MeanOf = map[string]int{}
+	for _, vm := range r.Volumes {
+		means := map[string]float64{"psnr": vm.PSNR, "mae": vm.MAE, "mse": vm.MSE}
+		if vm.SSIM != nil {
+			means["ssim"] = *vm.SSIM
+		}
+		if vm.MSSSIM != nil {
+			means["ms_ssim"] = *vm.MSSSIM
+		}
+		for k, v := range means {
+			if sums[k] == nil {
+				sums[k] = &metrics.Mean{}
+			}
+			sums[k].Add(v)
+			r.MeanOf[k]++
+		}
+	}
 	for k, s := range sums {
+		var err error
 		if r.Mean[k], err = s.Value(); err != nil {
 			return err
 		}
@@ -391,6 +488,8 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 	if val == nil {
 		return &InputError{Err: errors.New("the config names no validation data (data.val)")}
 	}
+	bad := &recordingDataset{Dataset: val}
+	val = bad
 	sess, err := ort.NewSession(filepath.Join(dir, m.Files["eval"]), opts)
 	if err != nil {
 		return err
@@ -423,7 +522,9 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 			break
 		}
 		if err != nil {
-			return err
+			// A file that cannot be loaded (data.skip_bad_files = false):
+			// the message names it; it is the user's to fix.
+			return &InputError{Err: fmt.Errorf("validation data: %w", err)}
 		}
 		batch := map[string]*ort.Value{}
 		for _, d := range m.Data {
@@ -457,11 +558,65 @@ func (r *CheckpointResult) loss(cfg *config.Config, dir string, m *artifacts.Man
 			return err
 		}
 	}
+	r.Skipped = bad.failures()
 	if vm.Rows() == 0 {
+		if len(r.Skipped) > 0 {
+			return &InputError{Err: fmt.Errorf("every one of the %d validation samples is a bad file (data.skip_bad_files dropped them), e.g. %s", len(r.Skipped), r.Skipped[0])}
+		}
 		return &InputError{Err: errors.New("the validation set is empty")}
 	}
 	vm.Report(r.Mean)
+	if cfg.Data.SkipBadFiles {
+		// The metrics above are over fewer samples than the set holds.
+		r.Mean["val/skipped_samples"] = float64(loader.Stats().Skipped)
+	}
 	return nil
+}
+
+// recordingDataset is a validation set that keeps the errors of the
+// samples it failed to load, which the loader drops without a word when
+// data.skip_bad_files is set.
+type recordingDataset struct {
+	data.Dataset
+	mu   sync.Mutex
+	errs map[int]string
+}
+
+func (d *recordingDataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
+	err := d.Dataset.Load(i, rng, dst)
+	if err != nil {
+		d.mu.Lock()
+		if d.errs == nil {
+			d.errs = map[int]string{}
+		}
+		d.errs[i] = err.Error()
+		d.mu.Unlock()
+	}
+	return err
+}
+
+// CacheBytes passes on the cache bound of a dataset that has one.
+func (d *recordingDataset) CacheBytes() int64 {
+	if c, ok := d.Dataset.(data.Cacher); ok {
+		return c.CacheBytes()
+	}
+	return 0
+}
+
+// failures are the samples that failed to load, in dataset order.
+func (d *recordingDataset) failures() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idx := make([]int, 0, len(d.errs))
+	for i := range d.errs {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	out := make([]string, len(idx))
+	for k, i := range idx {
+		out[k] = d.errs[i]
+	}
+	return out
 }
 
 func weightNames(m *artifacts.Manifest) []string {
@@ -493,8 +648,19 @@ func hostValue(t *data.Tensor) (*ort.Value, error) {
 	return nil, fmt.Errorf("tensor %s: element type %v", t.Name, t.DType)
 }
 
-// Table is the result as rows of name and value, for printing and CSV.
+// Table is the result as rows of name and value, for printing: the means,
+// then each volume's PSNR, SSIM, MS-SSIM, MAE and MSE (SSIM and MS-SSIM
+// "not computed" for a volume too small for them), six significant digits.
 func (r *CheckpointResult) Table() [][]string {
+	return r.table(func(x float64) string { return fmt.Sprintf("%.6g", x) })
+}
+
+// CSV is Table with every value at full precision, as metrics.csv holds it.
+func (r *CheckpointResult) CSV() [][]string {
+	return r.table(func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) })
+}
+
+func (r *CheckpointResult) table(format func(float64) string) [][]string {
 	rows := [][]string{{"metric", "value"}}
 	keys := make([]string, 0, len(r.Mean))
 	for k := range r.Mean {
@@ -502,15 +668,30 @@ func (r *CheckpointResult) Table() [][]string {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		rows = append(rows, []string{k, fmt.Sprintf("%.6g", r.Mean[k])})
+		rows = append(rows, []string{k, format(r.Mean[k])})
+	}
+	if len(r.Volumes) > 0 {
+		// A mean no volume has: too small for the metric's windows.
+		for _, k := range []string{"ssim", "ms_ssim"} {
+			if _, ok := r.Mean[k]; !ok {
+				rows = append(rows, []string{k, "not computed"})
+			}
+		}
 	}
 	for _, v := range r.Volumes {
 		base := v.Label()
-		ssim := "not computed"
-		if v.SSIM != nil {
-			ssim = fmt.Sprintf("%.6g", *v.SSIM)
+		opt := func(x *float64) string {
+			if x == nil {
+				return "not computed"
+			}
+			return format(*x)
 		}
-		rows = append(rows, []string{base + "/psnr", fmt.Sprintf("%.6g", v.PSNR)}, []string{base + "/ssim", ssim})
+		rows = append(rows,
+			[]string{base + "/psnr", format(v.PSNR)},
+			[]string{base + "/ssim", opt(v.SSIM)},
+			[]string{base + "/ms_ssim", opt(v.MSSSIM)},
+			[]string{base + "/mae", format(v.MAE)},
+			[]string{base + "/mse", format(v.MSE)})
 	}
 	return rows
 }

@@ -1,10 +1,14 @@
 package eval_test
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/eval"
@@ -32,7 +36,7 @@ func TestCheckpointRowsNameVolumesByPath(t *testing.T) {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		vol := make([]float32, 12*12*12)
 		for j := range vol {
-			vol[j] = float32((j*(i+3))%200 - 100)
+			vol[j] = float32((j*(i+3))%250 - 125) // some outside the window
 		}
 		if err := nifti.Write(p, h, vol); err != nil {
 			t.Fatal(err)
@@ -91,7 +95,8 @@ max_steps = 1
 	if err := tr.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	res, err := eval.EvaluateCheckpoint(t.Context(), eval.CheckpointOptions{Checkpoint: filepath.Join(rd.Path, "checkpoints", "last")})
+	ck := filepath.Join(rd.Path, "checkpoints", "last")
+	res, err := eval.EvaluateCheckpoint(t.Context(), eval.CheckpointOptions{Checkpoint: ck})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +106,65 @@ max_steps = 1
 			rows = append(rows, row[0])
 		}
 	}
-	want := []string{"case_00000/imaging/psnr", "case_00000/imaging/ssim", "case_00001/imaging/psnr", "case_00001/imaging/ssim"}
+	var want []string
+	for _, c := range []string{"case_00000", "case_00001"} {
+		for _, m := range []string{"psnr", "ssim", "ms_ssim", "mae", "mse"} {
+			want = append(want, c+"/imaging/"+m)
+		}
+	}
 	if !slices.Equal(rows, want) {
 		t.Errorf("metric rows %v, want %v", rows, want)
 	}
 	if len(res.Volumes) != 2 || res.Volumes[1].ID != "case_00001/imaging" {
 		t.Errorf("volumes %+v", res.Volumes)
+	}
+	// The window is recorded with the clamping of the reference to it, and
+	// the data range is its width.
+	if res.Window == nil || *res.Window != [2]float64{-100, 100} || res.ReferenceClipped == nil || !*res.ReferenceClipped ||
+		res.Volumes[0].DataRange != 200 || res.Volumes[0].Clipped == nil || *res.Volumes[0].Clipped == 0 {
+		t.Errorf("window %v, reference clipped %v, data range %g, clipped voxels %v; want [-100, 100], true, 200 and some",
+			res.Window, res.ReferenceClipped, res.Volumes[0].DataRange, res.Volumes[0].Clipped)
+	}
+	js, _ := json.Marshal(res)
+	for _, key := range []string{`"window":[-100,100]`, `"reference_clipped":true`, `"clipped_voxels":`, `"mean_of":{`} {
+		if !strings.Contains(string(js), key) {
+			t.Errorf("metrics.json lacks %s: %s", key, js)
+		}
+	}
+
+	// --data-range: PSNR and SSIM with that range, recorded; a range far
+	// below the data's is warned of. Progress is heard per volume.
+	var progress []eval.VolumeProgress
+	var warnings []string
+	res2, err := eval.EvaluateCheckpoint(t.Context(), eval.CheckpointOptions{Checkpoint: ck, DataRange: 2,
+		VolumeProgress: func(p eval.VolumeProgress) { progress = append(progress, p) },
+		Warn:           func(s string) { warnings = append(warnings, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, v2 := res.Volumes[0], res2.Volumes[0]
+	if v2.DataRange != 2 || res2.DataRange != 2 || math.Abs(v2.PSNR-(v.PSNR+20*math.Log10(2.0/200))) > 1e-9 || v2.MAE != v.MAE || *v2.SSIM == *v.SSIM {
+		t.Errorf("with --data-range 2: data range %g (result %g), PSNR %g (%g with 200), SSIM %g (%g); want 2, PSNR lower by 40 dB, another SSIM",
+			v2.DataRange, res2.DataRange, v2.PSNR, v.PSNR, *v2.SSIM, *v.SSIM)
+	}
+	if len(warnings) != 2 || !strings.Contains(warnings[0], "--data-range 2 is 100 times smaller") {
+		t.Errorf("warnings %q; want one per volume on a data range 100 times below the window's", warnings)
+	}
+	// 12³ padded to 8³ windows every 6 voxels: starts 0, 4 per axis.
+	if len(progress) < 4 || progress[0].Done != 0 || progress[0].Windows != 8 || progress[0].Index != 1 || progress[0].Volumes != 2 ||
+		progress[len(progress)-1].Done != 8 || progress[len(progress)-1].Index != 2 {
+		t.Errorf("progress %+v; want each volume's 8 windows from 0 to 8", progress)
+	}
+
+	// A volume model measures volumes only; a constant volume without a
+	// window has no range to window: refused naming the window setting.
+	flat := filepath.Join(t.TempDir(), "flat.nii.gz")
+	if err := nifti.Write(flat, h, make([]float32, 12*12*12)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = eval.EvaluateCheckpoint(t.Context(), eval.CheckpointOptions{Checkpoint: ck, Sets: []string{"data.volumes.window=[]"}, Inputs: []string{flat}})
+	var ie *eval.InputError
+	if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), flat) || !strings.Contains(err.Error(), "data.volumes.window") {
+		t.Errorf("a constant volume without a window: %v; want bad input naming it and data.volumes.window", err)
 	}
 }

@@ -78,6 +78,7 @@ func ExportCheckpoint(o ExportOptions) (*ExportResult, error) {
 			return nil, &InputError{File: lc.ck.Dir, Err: errors.New("the model has no output besides its loss to export")}
 		}
 		g.Outputs = outs
+		g.DisableDropout() // eval graphs built before ortrain did this themselves
 	} else {
 		if lc.cfg.Model.Recipe == "" {
 			return nil, &InputError{Err: fmt.Errorf("--part %s: parts are a built-in recipe's; this run trains the ONNX model in model.artifacts", o.Part)}

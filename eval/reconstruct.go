@@ -14,6 +14,12 @@ type Reconstruction struct {
 	Reference []float32
 	// Recon is the model's output mapped back to those units.
 	Recon []float32
+	// Window is the intensity window used: the model's, or the volume's
+	// own min and max when it has none.
+	Window [2]float64
+	// Clipped counts the voxels of the input outside Window, which
+	// Reference holds at its bounds.
+	Clipped int64
 }
 
 // Reconstruct windows vol (shape D×H×W, C order) to [-1, 1] as training did,
@@ -52,11 +58,15 @@ func Reconstruct(ctx context.Context, m *Model, vol []float32, shape [3]int, w v
 	}
 	ref := make([]float32, len(vol))
 	half := (hi - lo) / 2
+	var clipped int64
 	for i, v := range vol {
+		if v < lo || v > hi {
+			clipped++
+		}
 		ref[i] = min(max(v, lo), hi)
 		out[i] = lo + (out[i]+1)*half
 	}
-	return &Reconstruction{Reference: ref, Recon: out}, nil
+	return &Reconstruction{Reference: ref, Recon: out, Window: [2]float64{float64(lo), float64(hi)}, Clipped: clipped}, nil
 }
 
 // padTo extends the D×H×W volume v so that every axis is at least patch's,

@@ -76,6 +76,15 @@ func TestReconstructMapsBackToIntensities(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var clipped int64
+		for _, v := range vol {
+			if v < -1000 || v > 1000 {
+				clipped++
+			}
+		}
+		if r.Clipped != clipped || clipped == 0 || r.Window != [2]float64{-1000, 1000} {
+			t.Errorf("%v: %d voxels clipped to window %v, want %d to [-1000, 1000]", mode, r.Clipped, r.Window, clipped)
+		}
 		for i, v := range vol {
 			clamped := min(max(v, -1000), 1000)
 			if r.Reference[i] != clamped {

@@ -1,8 +1,11 @@
 package eval
 
 import (
+	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +40,73 @@ func RunReport(dir string, env []report.KV) (report.Report, error) {
 		last.Rows = append(last.Rows, []string{s.Name, strconv.FormatFloat(s.Step[n], 'f', 0, 64), strconv.FormatFloat(s.Value[n], 'g', 6, 64)})
 	}
 	r.Tables = append(r.Tables, last)
+	r.Tables = append(r.Tables, evalTables(dir)...)
 	return r, nil
+}
+
+// evalTables are the results `ortrain eval --checkpoint` wrote into the run
+// directory (RUN/eval/<checkpoint>/metrics.json and metrics.csv), one
+// table per checkpoint evaluated, in the order of their names (steps).
+func evalTables(dir string) []report.Table {
+	found, _ := filepath.Glob(filepath.Join(dir, "eval", "*", "metrics.json"))
+	slices.Sort(found)
+	var tables []report.Table
+	for _, js := range found {
+		rel, _ := filepath.Rel(dir, js)
+		t := report.Table{Columns: []string{"metric", "value"}}
+		var res struct {
+			Checkpoint string
+			Step       int64
+			Volumes    []json.RawMessage
+			Window     *[2]float64
+		}
+		b, err := os.ReadFile(js)
+		if err == nil {
+			err = json.Unmarshal(b, &res)
+		}
+		if err != nil {
+			t.Title = "Evaluation in " + rel
+			t.Rows = [][]string{{"unreadable", err.Error()}}
+			tables = append(tables, t)
+			continue
+		}
+		t.Title = fmt.Sprintf("Evaluation of %s, step %d (%s)", filepath.Base(res.Checkpoint), res.Step, rel)
+		if len(res.Volumes) > 0 {
+			note := "whole volumes reconstructed by sliding windows, measured in the intensity units"
+			if res.Window != nil {
+				note += fmt.Sprintf(" of the window [%g, %g]", res.Window[0], res.Window[1])
+			}
+			note += " (PSNR in dB); the curves' val/psnr and val/ssim are over validation patches on the model's [-1, 1] scale (data range 2)"
+			t.Rows = append(t.Rows, []string{"measured", note})
+		}
+		rows, err := readEvalCSV(filepath.Join(filepath.Dir(js), "metrics.csv"))
+		if err != nil {
+			rows = [][]string{{"metrics.csv", err.Error()}}
+		}
+		t.Rows = append(t.Rows, rows...)
+		tables = append(tables, t)
+	}
+	return tables
+}
+
+// readEvalCSV reads an eval metrics.csv's metric,value rows, without the
+// header.
+func readEvalCSV(path string) ([][]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = 2
+	rows, err := r.ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) > 0 && rows[0][0] == "metric" {
+		rows = rows[1:]
+	}
+	return rows, nil
 }
 
 // charts draws metrics.csv as charts whose curves share a unit, so each
@@ -95,9 +164,55 @@ func charts(series []logging.Series) []report.Chart {
 		if len(ss) == 1 {
 			c.YLabel = ss[0].Name
 		}
+		if c.YLabel == "" {
+			c.YLabel = title
+		}
+		if allSuffixed(ss, "_bytes") {
+			// Byte counts read in MB or GiB, not as 82500000.
+			var unit string
+			c.Series, unit = inByteUnit(ss)
+			c.YLabel += " (" + unit + ")"
+		} else if allSuffixed(ss, "psnr") {
+			c.YLabel += " (dB)"
+		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// allSuffixed says whether every series' name ends with suffix.
+func allSuffixed(ss []report.Series, suffix string) bool {
+	for _, s := range ss {
+		if !strings.HasSuffix(s.Name, suffix) {
+			return false
+		}
+	}
+	return len(ss) > 0
+}
+
+// inByteUnit scales byte counts to GiB when the largest is at least one,
+// else to MB, returning copies and the unit.
+func inByteUnit(ss []report.Series) ([]report.Series, string) {
+	top := 0.0
+	for _, s := range ss {
+		for _, v := range s.Value {
+			if !math.IsInf(v, 0) && !math.IsNaN(v) {
+				top = max(top, math.Abs(v))
+			}
+		}
+	}
+	unit, div := "MB", 1e6
+	if top >= 1<<30 {
+		unit, div = "GiB", 1<<30
+	}
+	out := make([]report.Series, len(ss))
+	for i, s := range ss {
+		out[i] = report.Series{Name: s.Name, Step: s.Step, Value: make([]float64, len(s.Value))}
+		for j, v := range s.Value {
+			out[i].Value[j] = v / div
+		}
+	}
+	return out, unit
 }
 
 // Chart titles shared by several metrics.

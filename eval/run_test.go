@@ -88,3 +88,60 @@ func TestRunReportChartsOfAVQGAN(t *testing.T) {
 		t.Errorf("charts\n%s\nwant\n%s", strings.Join(got, " "), want)
 	}
 }
+
+// TestRunReportUnitsAndEval: byte counts are charted in MB (GiB from one
+// GiB up), PSNR curves say dB, and the results `ortrain eval` wrote into
+// the run directory are tables of the report, one per checkpoint, in
+// step order; an unreadable one is said, not fatal.
+func TestRunReportUnitsAndEval(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vq", "version_0")
+	os.MkdirAll(dir, 0o755)
+	c, err := logging.OpenCSV(filepath.Join(dir, "metrics.csv"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := int64(1); step <= 3; step++ {
+		c.Log(step, map[string]float64{"loss": 1, "memory/step_peak_bytes": 82.5e6, "memory/reserved_bytes": 90e6, "val/psnr": 20})
+	}
+	c.Close()
+	for _, e := range []struct{ name, json, csv string }{
+		{"step-000000200", `{"checkpoint": "x/checkpoints/step-000000200", "step": 200, "volumes": [{}], "window": [-1000, 1000], "mean": {"psnr": 21}}`,
+			"metric,value\npsnr,21\npatient/psnr,21\n"},
+		{"step-000000100", `{"checkpoint": "x/checkpoints/step-000000100", "step": 100, "mean": {"val/top1": 0.5}}`, "metric,value\nval/top1,0.5\n"},
+		{"step-000000300", `{"checkpoint": `, ""},
+	} {
+		d := filepath.Join(dir, "eval", e.name)
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, "metrics.json"), []byte(e.json), 0o644)
+		os.WriteFile(filepath.Join(d, "metrics.csv"), []byte(e.csv), 0o644)
+	}
+	r, err := eval.RunReport(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{}
+	for _, ch := range r.Charts {
+		labels[ch.Title] = ch.YLabel
+		if ch.Title == "memory" && ch.Series[0].Value[0] > 100 {
+			t.Errorf("memory charted as %v, want MB", ch.Series[0].Value)
+		}
+	}
+	if labels["memory"] != "memory (MB)" || labels["val/psnr"] != "val/psnr (dB)" {
+		t.Errorf("chart y labels %v; want memory (MB) and val/psnr (dB)", labels)
+	}
+	var titles []string
+	for _, tb := range r.Tables[1:] {
+		titles = append(titles, tb.Title)
+	}
+	if len(r.Tables) != 4 || !strings.HasPrefix(titles[0], "Evaluation of step-000000100, step 100") ||
+		!strings.HasPrefix(titles[1], "Evaluation of step-000000200, step 200") || !strings.Contains(titles[2], "step-000000300") {
+		t.Fatalf("tables after the last values: %q; want the three evaluations in step order", titles)
+	}
+	rows := r.Tables[2].Rows
+	if len(rows) != 3 || rows[0][0] != "measured" || !strings.Contains(rows[0][1], "[-1000, 1000]") || strings.Join(rows[2], ",") != "patient/psnr,21" {
+		t.Errorf("rows of the volume evaluation: %q", rows)
+	}
+	if rows := r.Tables[3].Rows; len(rows) != 1 || rows[0][0] != "unreadable" {
+		t.Errorf("a broken metrics.json: %q, want it said", rows)
+	}
+}

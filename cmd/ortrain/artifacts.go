@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -10,6 +11,7 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/ortimport"
 	"github.com/ortrain/ortrain/training/precision"
@@ -37,7 +39,7 @@ Examples:
 					&cli.StringFlag{Name: "model", Required: true, Usage: "forward ONNX model"},
 					&cli.StringFlag{Name: "out", Required: true, Usage: "artifact directory to write"},
 					&cli.BoolFlag{Name: "overwrite", Usage: "replace the artifact files in a non-empty --out"},
-					&cli.StringFlag{Name: "loss", Usage: "mse, l1, cross_entropy, bce_with_logits or output:NAME (default: the model's scalar output named loss)"},
+					&cli.StringFlag{Name: "loss", Usage: loss.Usage, DefaultText: "the model's scalar output named loss"},
 					&cli.Float64Flag{Name: "label-smoothing", Usage: "for cross_entropy"},
 					&cli.StringSliceFlag{Name: "trainable", Usage: "glob over initializer names: only these train (repeatable)"},
 					&cli.StringSliceFlag{Name: "frozen", Usage: "glob over initializer names that never train; wins over --trainable (repeatable)"},
@@ -47,12 +49,12 @@ Examples:
 					&cli.StringFlag{Name: "device", Value: "cpu", Usage: "with --precision: the device whose kernels decide what runs in low precision (cpu, cuda:N); ops without a kernel stay float32, matrix products are emulated"},
 					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
-					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)"},
-					&cli.Float64Flag{Name: "weight-decay", Usage: "decoupled (adamw) or L2 (sgd) weight decay"},
-					&cli.Float64Flag{Name: "beta1", Usage: "adamw"},
-					&cli.Float64Flag{Name: "beta2", Usage: "adamw"},
-					&cli.Float64Flag{Name: "eps", Usage: "adamw"},
-					&cli.Float64Flag{Name: "momentum", Usage: "sgd"},
+					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)", DefaultText: optimDefault(func(c optim.Config) float64 { return c.LR })},
+					&cli.Float64Flag{Name: "weight-decay", Usage: "decoupled (adamw) or L2 (sgd) weight decay", DefaultText: optimDefault(func(c optim.Config) float64 { return c.WeightDecay })},
+					&cli.Float64Flag{Name: "beta1", Usage: "adamw", DefaultText: optimDefault(func(c optim.Config) float64 { return c.Beta1 })},
+					&cli.Float64Flag{Name: "beta2", Usage: "adamw", DefaultText: optimDefault(func(c optim.Config) float64 { return c.Beta2 })},
+					&cli.Float64Flag{Name: "eps", Usage: "adamw", DefaultText: optimDefault(func(c optim.Config) float64 { return c.Eps })},
+					&cli.Float64Flag{Name: "momentum", Usage: "sgd", DefaultText: optimDefault(func(c optim.Config) float64 { return c.Momentum })},
 					&cli.BoolFlag{Name: "nesterov", Usage: "sgd"},
 				},
 				Action: artifactsBuild,
@@ -152,10 +154,66 @@ func artifactsBuild(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "wrote %s: %d parameters in %d tensors, loss %s, optimizer %s\n",
 		c.String("out"), m.ParamCount(), len(m.Params), m.LossSpec.Kind, m.Optimizer.Kind)
+	printBuilt(c.App.Writer, c.App.ErrWriter, m)
 	if mixed {
 		fmt.Fprintf(c.App.Writer, "precision: %s\n", m.Precision)
 	}
 	return nil
+}
+
+// printBuilt says what the artifacts train (ONNX cannot tell a parameter
+// from a buffer, so the user checks the list), what they keep fixed, what
+// the loss reads, and the build's warnings (to errw).
+func printBuilt(w, errw io.Writer, m *artifacts.Manifest) {
+	fmt.Fprintf(w, "loss: %s\n", loss.Describe(m.Outputs, m.LossSpec))
+	tensors := func(ts []artifacts.Tensor) string {
+		var s []string
+		for _, t := range ts {
+			s = append(s, fmt.Sprintf("%s %v", t.Name, t.Shape))
+		}
+		return shortList(s)
+	}
+	fmt.Fprintf(w, "trained (%d): %s\n", len(m.Params), tensors(m.Params))
+	if len(m.Frozen) > 0 {
+		fmt.Fprintf(w, "frozen (%d): %s\n", len(m.Frozen), tensors(m.Frozen))
+	}
+	if len(m.Buffers) > 0 {
+		var s []string
+		for _, b := range m.Buffers {
+			s = append(s, b.Name)
+		}
+		fmt.Fprintf(w, "buffers, updated by the forward pass (%d): %s\n", len(m.Buffers), shortList(s))
+	}
+	for _, warn := range m.Warnings {
+		fmt.Fprintf(errw, "ortrain: warning: %s\n", warn)
+	}
+}
+
+// shortList joins up to 24 items and counts the rest (manifest.json lists
+// them all).
+func shortList(s []string) string {
+	const most = 24
+	if len(s) <= most {
+		return strings.Join(s, ", ")
+	}
+	return fmt.Sprintf("%s and %d more (manifest.json lists all)", strings.Join(s[:most], ", "), len(s)-most)
+}
+
+// optimDefault is a flag's default, per optimizer where both have one, for
+// --help ("0.001 for adamw, 0.1 for sgd"; "0.9").
+func optimDefault(field func(optim.Config) float64) string {
+	var s []string
+	var only float64
+	for _, k := range []string{optim.AdamW, optim.SGD} {
+		if v := field(optim.Config{Kind: k}.Defaults()); v != 0 {
+			s = append(s, fmt.Sprintf("%g for %s", v, k))
+			only = v
+		}
+	}
+	if len(s) == 1 {
+		return fmt.Sprintf("%g", only)
+	}
+	return strings.Join(s, ", ")
 }
 
 // optimizerFlags starts from the optimizer's defaults and applies the

@@ -65,7 +65,7 @@ Examples:
 			&cli.IntFlag{Name: "batch", Usage: "samples per step (default: the size's)"},
 			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "steps run before the measured ones"},
 			&cli.IntFlag{Name: "steps", Usage: "measured steps (default 5; with --memory, steps per process, default 2)"},
-			&cli.IntFlag{Name: "workers", Value: -1, Usage: "data.num_workers (default: 0 on the CPU, 4 on a GPU)"},
+			&cli.IntFlag{Name: "workers", Value: -1, Usage: "data.num_workers (default: 0 on the CPU, 8 on a GPU)"},
 			&cli.StringFlag{Name: "recompute", Usage: "model.recompute: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (default: the size's; with --memory " + autodiff.RecomputeCheap + ")"},
 		},
 		Action: benchAction,
@@ -170,7 +170,7 @@ func checkBenchRun(o *bench.SpeedOptions) error {
 	if o.Workers < 0 {
 		o.Workers = 0
 		if gpu {
-			o.Workers = 4
+			o.Workers = 8
 		}
 	}
 	return nil

@@ -67,15 +67,25 @@ intra_op_threads = 1
 func TestDataParallelTwoRanks(t *testing.T) {
 	if os.Getenv("ORTRAIN_TEST_DDP_ARGS") != "" {
 		// A rank, started by mpirun from the test below.
+		if os.Getenv("ORTRAIN_TEST_STOP_RANK") == os.Getenv("OMPI_COMM_WORLD_RANK") {
+			go func() { // stops answering, as a hung rank
+				time.Sleep(3 * time.Second)
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}()
+		}
 		if os.Getenv("ORTRAIN_TEST_KILL_RANK") == os.Getenv("OMPI_COMM_WORLD_RANK") {
 			go func() { // killed mid-run, as by the OOM killer
 				time.Sleep(3 * time.Second)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}()
 		}
-		var out, errOut bytes.Buffer
-		code := run(strings.Split(os.Getenv("ORTRAIN_TEST_DDP_ARGS"), "\x1f"), &out, &errOut)
-		fmt.Print(out.String(), errOut.String())
+		args := strings.Split(os.Getenv("ORTRAIN_TEST_DDP_ARGS"), "\x1f")
+		if extra := os.Getenv("ORTRAIN_TEST_RANK1_ARGS"); extra != "" && os.Getenv("OMPI_COMM_WORLD_RANK") == "1" {
+			args = append(args, strings.Split(extra, "\x1f")...)
+		}
+		// Straight to the process's streams: a failing rank aborts the
+		// job before a buffer could be printed.
+		code := run(args, os.Stdout, os.Stderr)
 		if code != 0 {
 			os.Exit(code)
 		}
@@ -179,6 +189,58 @@ func TestDataParallelRankDies(t *testing.T) {
 		t.Errorf("rank 1 killed: mpirun returned %v after %v; want a failure naming rank 1 within 2 minutes\n%s", err, took, msg)
 	}
 	t.Logf("rank 1 killed after 3 s: the job ended after %v", took.Round(time.Second))
+}
+
+// TestDataParallelRankHangs: a rank that stops answering (SIGSTOP) ends
+// the job once the collective timeout has passed: the rank waiting for
+// it says no rank answered and exits 1, and mpirun ends the job, rather
+// than the job waiting forever.
+func TestDataParallelRankHangs(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	args := strings.Join([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2", "--set", "data.batch_size=2",
+		"--set", "trainer.max_steps=100000"}, "\x1f")
+	start := time.Now()
+	msg, err := collective.Mpirun(2, []string{"ORTRAIN_TEST_DDP_ARGS=" + args, "ORTRAIN_TEST_STOP_RANK=1", collective.TimeoutEnv + "=5"},
+		os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v")
+	if errors.Is(err, collective.ErrNoMpirun) {
+		t.Skip(err)
+	}
+	took := time.Since(start)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(msg, "rank 0: no rank answered within the collective timeout of 5s") ||
+		strings.Contains(msg, "rank 1: no rank answered") || took > 2*time.Minute {
+		t.Errorf("rank 1 stopped after 3 s, timeout 5 s: mpirun returned %v after %v; want exit 1 from rank 0's timeout within 2 minutes\n%s", err, took, msg)
+	}
+	t.Logf("rank 1 stopped after 3 s: the job ended after %v", took.Round(time.Second))
+}
+
+// TestDataParallelRanksDisagree: ranks started by hand with different run
+// lengths (each node with its own config file) are refused at start with
+// exit 2, naming the key and both values, rather than one rank waiting in
+// a collective the other never calls; nothing is left on disk.
+func TestDataParallelRanksDisagree(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	args := strings.Join([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2", "--set", "data.batch_size=2",
+		"--set", "trainer.max_steps=6"}, "\x1f")
+	start := time.Now()
+	msg, err := collective.Mpirun(2, []string{"ORTRAIN_TEST_DDP_ARGS=" + args, "ORTRAIN_TEST_RANK1_ARGS=--set\x1ftrainer.max_steps=9"},
+		os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v")
+	if errors.Is(err, collective.ErrNoMpirun) {
+		t.Skip(err)
+	}
+	took := time.Since(start)
+	if err == nil || !strings.Contains(msg, "trainer.max_steps") || !strings.Contains(msg, "rank 1 has 9, rank 0 6") || took > 2*time.Minute {
+		t.Errorf("ranks with max_steps 6 and 9: mpirun returned %v after %v; want a refusal naming trainer.max_steps and both values within 2 minutes\n%s", err, took, msg)
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, "outputs", "vq", "version_*")); len(left) > 0 {
+		t.Errorf("the refused job left %v", left)
+	}
 }
 
 // TestDataParallelOnGPU (ORTRAIN_TEST_DEVICE=cuda:N, with NCCL): a one-rank
@@ -354,5 +416,71 @@ func TestDataParallelSpawnsRanks(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if code, msg := job(); code != 2 || !strings.Contains(msg, "openmpi-bin") {
 		t.Errorf("no mpirun: exit %d, %q; want 2 naming the package", code, msg)
+	}
+}
+
+// TestDataParallelConfigDiffers: ranks started with configurations that
+// hash differently are refused with exit 2, each rank other than 0 naming
+// the keys that differ from rank 0's and both values (rank 0 broadcasts
+// its configuration), without MPI_ABORT or a doubled "config:".
+func TestDataParallelConfigDiffers(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	args := strings.Join([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2", "--set", "data.batch_size=2"}, "\x1f")
+	msg, err := collective.Mpirun(2, []string{"ORTRAIN_TEST_DDP_ARGS=" + args, "ORTRAIN_TEST_RANK1_ARGS=--set\x1foptimizer.lr=0.02\x1f--set\x1ftrainer.log_every_n_steps=7"},
+		os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v")
+	if errors.Is(err, collective.ErrNoMpirun) {
+		t.Skip(err)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(msg, "rank 1's configuration differs from rank 0's: optimizer.lr = 0.02 (rank 0: 0.01);") ||
+		strings.Contains(msg, "log_every_n_steps") || strings.Contains(msg, "config: config:") || strings.Contains(msg, "MPI_ABORT") {
+		t.Errorf("rank 1 with another optimizer.lr: mpirun returned %v; want exit 2 naming optimizer.lr and both values, once\n%s", err, msg)
+	}
+}
+
+// TestDataParallelResumeRefusedBeforeLaunch: a resume across world sizes
+// that changes the samples per step is refused once, before any rank is
+// started, with the arithmetic and without the keys a resume may change.
+func TestDataParallelResumeRefusedBeforeLaunch(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	saved := rankCommand
+	t.Cleanup(func() { rankCommand = saved })
+	rankCommand = func() ([]string, error) {
+		return []string{os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v"}, nil
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.max_steps=2"}, &out, &errOut); code != 0 {
+		t.Fatalf("one process: exit %d: %s", code, errOut.String())
+	}
+	args := []string{"ortrain", "train", "--config", cfg, "--resume", "last", "--set", "trainer.devices=3", "--set", "data.batch_size=2", "--set", "trainer.max_steps=4"}
+	t.Setenv("ORTRAIN_TEST_DDP_ARGS", strings.Join(args, "\x1f"))
+	errOut.Reset()
+	code := run(args, &out, &errOut)
+	msg := errOut.String()
+	if code != 2 || !strings.Contains(msg, "samples per optimizer step change from 4 (1 rank × 4) to 6 (3 ranks × 2)") ||
+		strings.Contains(msg, "starting 3 ranks") || strings.Contains(msg, "volatile") || strings.Count(msg, "resume:") != 1 {
+		t.Errorf("resume on 3 ranks × 2 of a 1 × 4 run: exit %d\n%s", code, msg)
+	}
+}
+
+// TestDataParallelNoGPU: GPU ranks on a machine whose GPU is not usable
+// are refused saying so (as one process is), not that NCCL is missing.
+func TestDataParallelNoGPU(t *testing.T) {
+	orttest.Init(t)
+	if usableDevice("trainer.device", ort.Options{Device: ort.CUDADevice(0)}) == nil {
+		t.Skip("cuda:0 is usable here")
+	}
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	cfg := ddpConfig(t, t.TempDir())
+	var out, errOut bytes.Buffer
+	code := run([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.device=cuda", "--set", "trainer.devices=2"}, &out, &errOut)
+	if msg := errOut.String(); code != 2 || !strings.Contains(msg, "trainer.device: cuda:0") || strings.Contains(msg, "NCCL") {
+		t.Errorf("2 GPU ranks without a usable GPU: exit %d\n%s", code, msg)
 	}
 }

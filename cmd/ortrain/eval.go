@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/ortrain/ortrain/eval"
 	"github.com/ortrain/ortrain/eval/report"
@@ -28,25 +31,46 @@ func evalCommand() *cli.Command {
 		Name:  "eval",
 		Usage: "evaluate a checkpoint, or compare a reconstructed volume with its reference",
 		UsageText: `ortrain eval --checkpoint PATH [--config C] [--input vol.nii.gz [--out recon.nii.gz]] [options]
-ortrain eval --input recon.nii.gz --reference ref.nii.gz [--data-range R] [--json] [--report out.html]`,
+ortrain eval --input recon.nii.gz --reference ref.nii.gz [--data-range R] [--json] [--out-dir D] [--report out.html]`,
 		Description: `With --checkpoint: loads the eval graph and the checkpoint's weights (the
 config saved in the checkpoint unless --config is given). Volume models
 reconstruct whole volumes (the validation volumes, or --input) with sliding
-windows of the training patch size, blended as MONAI does, and are measured in
-the intensity window's units; other models get the validation loss, and
-top-1/top-5 accuracy when they classify. Metrics are printed and written as
-metrics.json and metrics.csv to --out-dir (default RUN/eval/<checkpoint>).
+windows of the training patch size, blended as MONAI does (progress on
+stderr: windows done/total per volume, with an ETA; an --overlap that asks
+for over 4 times the windows of the default 0.25 is said up front with the
+count, then with an estimate of the time once the first windows are timed),
+and are measured in the intensity window's units: the input is
+windowed to data.volumes.window as in training, and the reference it is
+measured against is that input clamped to the window (voxels outside it
+count at the window's bounds, as MONAI's ScaleIntensityRange with
+clip=True; metrics.json records "window", "reference_clipped" and each
+volume's "clipped_voxels"). Without a window each volume is mapped from its
+own min..max. PSNR and SSIM take the window's width as the data range, or
+--data-range. Other models get the validation loss, and top-1/top-5
+accuracy when they classify; volume-only flags (--out, --overlap, --blend,
+--batch-size, --data-range) are refused for them. Metrics are printed and
+written as metrics.json and metrics.csv to --out-dir (default
+RUN/eval/<checkpoint>).
 
 With --reference: metrics of one volume against another on the whole volume:
 PSNR with the data range (the reference's max - min unless --data-range),
 SSIM in 3-D with a Gaussian window (sigma 1.5, K1 0.01, K2 0.03, as
 scikit-image's structural_similarity with gaussian_weights=True and
 use_sample_covariance=False), MS-SSIM (5 scales, as torchmetrics; needs 176
-voxels on every axis), MAE and MSE.
+voxels on every axis), MAE and MSE. The volumes are compared voxel by voxel
+as stored, not resampled: a warning says where two NIfTI files' voxel
+spacing or orientation (affine) differ. Both formats are read as [z,y,x]
+(a .npy in NumPy's index order, the last axis fastest; a NIfTI as
+nibabel's [x,y,z] reversed), so an array saved from nibabel's get_fdata()
+must be transposed (np.save(path, vol.T)). With --out-dir, metrics.json and
+metrics.csv are written there too. The flags of --checkpoint (--config,
+--set, --out, --overlap, --blend, --batch-size, --device, --generate and its
+decoding flags) are refused.
 
 Examples:
    ortrain eval --checkpoint outputs/vqgan/version_0 --report vq.html
    ortrain eval --checkpoint outputs/vqgan/version_0 --input ct.nii.gz --out recon.nii.gz
+   ortrain eval --checkpoint outputs/vqgan/version_0 --data-range 4095
    ortrain eval --input recon.nii.gz --reference ct.nii.gz --data-range 4095 --json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "checkpoint", Usage: "a checkpoint directory, a run's version directory (its newest checkpoint), or last or best (the best by trainer.monitor; with --config)"},
@@ -54,13 +78,13 @@ Examples:
 			&cli.StringSliceFlag{Name: "set", Usage: "override a key of the configuration (repeatable)"},
 			&cli.StringSliceFlag{Name: "input", Usage: "volume (NIfTI .nii/.nii.gz, or NumPy .npy): to reconstruct (repeatable), or the reconstruction to compare"},
 			&cli.StringFlag{Name: "out", Usage: "write the reconstruction of the one --input here: NIfTI with its geometry, or NumPy's format for a .npy path"},
-			&cli.StringFlag{Name: "out-dir", Usage: "where metrics.json and metrics.csv go (default RUN/eval/<checkpoint>)"},
-			&cli.Float64Flag{Name: "overlap", Value: 0.25, Usage: "fraction by which sliding windows overlap"},
+			&cli.StringFlag{Name: "out-dir", Usage: "where metrics.json and metrics.csv go (default with --checkpoint: RUN/eval/<checkpoint>; with --reference: not written unless given)"},
+			&cli.Float64Flag{Name: "overlap", Value: eval.DefaultOverlap, Usage: "fraction in [0, 1) by which sliding windows overlap (the window count grows as 1/(1-overlap)^3)"},
 			&cli.StringFlag{Name: "blend", Value: "gaussian", Usage: "constant or gaussian weights where windows overlap"},
 			&cli.IntFlag{Name: "batch-size", Value: 1, Usage: "windows per model run"},
 			&cli.StringFlag{Name: "device", Usage: "cpu or cuda:N (default: the config's trainer.device)"},
 			&cli.StringFlag{Name: "reference", Usage: "the reference volume to compare --input with (NIfTI or .npy)"},
-			&cli.Float64Flag{Name: "data-range", Usage: "with --reference: intensity range for PSNR and SSIM (default: the reference's max - min)"},
+			&cli.Float64Flag{Name: "data-range", Usage: "intensity range PSNR and SSIM assume, > 0, as scikit-image's data_range", DefaultText: "with --checkpoint the intensity window's width, with --reference the reference's max - min"},
 			&cli.BoolFlag{Name: "json", Usage: "print the metrics as JSON"},
 			&cli.StringFlag{Name: "report", Usage: "also write an HTML report with slices and error maps to this file"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing --report or --out file and metrics.json/metrics.csv"},
@@ -75,6 +99,14 @@ Examples:
 }
 
 func evalAction(c *cli.Context) error {
+	if c.IsSet("checkpoint") && c.IsSet("reference") {
+		return usageError{errors.New("eval takes --checkpoint or --reference, not both")}
+	}
+	if c.IsSet("reference") {
+		if err := refuseCheckpointFlags(c); err != nil {
+			return err
+		}
+	}
 	// An existing report or reconstruction is refused before anything is
 	// computed or written.
 	for _, flag := range []string{"report", "out"} {
@@ -88,8 +120,6 @@ func evalAction(c *cli.Context) error {
 		return err
 	}
 	switch {
-	case c.IsSet("checkpoint") && c.IsSet("reference"):
-		return usageError{errors.New("eval takes --checkpoint or --reference, not both")}
 	case c.IsSet("checkpoint"):
 		return evalCheckpoint(c)
 	case c.IsSet("reference"):
@@ -116,8 +146,14 @@ func outFolderExists(flag, path string) error {
 // unknown format or in a folder that does not exist, or one that would
 // replace an --input.
 func checkEvalFlags(c *cli.Context) error {
-	if v := c.Float64("overlap"); v < 0 || v >= 1 {
+	if v := c.Float64("overlap"); !(v >= 0 && v < 1) {
 		return usageError{fmt.Errorf("--overlap %g: want the fraction of a window its neighbour shares, in [0, 1)", v)}
+	}
+	if v := c.Float64("data-range"); c.IsSet("data-range") && !(v > 0 && !math.IsInf(v, 0)) {
+		return usageError{fmt.Errorf("--data-range %g: want the intensity range PSNR and SSIM assume, a finite value > 0 (leave the flag out for the default)", v)}
+	}
+	if v := c.Int("batch-size"); v < 1 {
+		return usageError{fmt.Errorf("--batch-size %d: want the number of windows per model run, at least 1", v)}
 	}
 	out := c.String("out")
 	if out == "" {
@@ -139,6 +175,68 @@ func checkEvalFlags(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// checkpointFlags are the flags only eval --checkpoint uses, and why.
+var checkpointFlags = []struct{ name, use string }{
+	{"config", "the run configuration of a checkpoint"},
+	{"set", "an override of a checkpoint's configuration"},
+	{"out", "where a checkpoint's reconstruction of the --input is written"},
+	{"overlap", "the overlap of a checkpoint's sliding windows"},
+	{"blend", "how a checkpoint's sliding windows are blended"},
+	{"batch-size", "the windows per run of a checkpoint's model"},
+	{"device", "where a checkpoint's model runs"},
+	{"generate", "the number of answers to sample from a checkpoint"},
+	{"steps", "--generate's denoising steps"},
+	{"temperature", "--generate's sampling temperature"},
+	{"top-p", "--generate's nucleus sampling probability"},
+	{"seed", "--generate's seed"},
+}
+
+// refuseCheckpointFlags refuses, with --reference, every flag that only
+// the checkpoint mode uses: no model runs, so it would be ignored.
+func refuseCheckpointFlags(c *cli.Context) error {
+	var given []string
+	why := ""
+	for _, f := range checkpointFlags {
+		if c.IsSet(f.name) {
+			given = append(given, "--"+f.name)
+			if why == "" {
+				why = f.use
+			}
+		}
+	}
+	if len(given) == 0 {
+		return nil
+	}
+	const compare = "--reference compares the --input volume with the reference as they are and runs no model"
+	if len(given) == 1 {
+		return usageError{fmt.Errorf("%s is %s: it applies to --checkpoint; %s", given[0], why, compare)}
+	}
+	return usageError{fmt.Errorf("%s apply to --checkpoint (%s is %s); %s", strings.Join(given, ", "), given[0], why, compare)}
+}
+
+// volumeFlags are the volume-only flags given with --checkpoint, refused
+// for a model that does not reconstruct volumes.
+func volumeFlags(c *cli.Context) []string {
+	var given []string
+	for _, f := range []string{"out", "overlap", "blend", "batch-size", "data-range"} {
+		if c.IsSet(f) {
+			given = append(given, "--"+f)
+		}
+	}
+	return given
+}
+
+// warner prints warnings on the command's stderr.
+func warner(c *cli.Context) func(string) {
+	return func(msg string) { fmt.Fprintf(c.App.ErrWriter, "ortrain: warning: %s\n", msg) }
+}
+
+// isTerminal says whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func evalCheckpoint(c *cli.Context) error {
@@ -163,7 +261,10 @@ func evalCheckpoint(c *cli.Context) error {
 	o := eval.CheckpointOptions{
 		Checkpoint: c.String("checkpoint"), Config: cfg, Sets: setsWithoutConfig(c), Overwrite: c.Bool("overwrite"), Inputs: c.StringSlice("input"), Out: c.String("out"),
 		Overlap: c.Float64("overlap"), Mode: mode, BatchSize: c.Int("batch-size"), Session: opts,
+		DataRange: c.Float64("data-range"), VolumeFlags: volumeFlags(c), Warn: warner(c),
 	}
+	progress := eval.NewProgressPrinter(c.App.ErrWriter, isTerminal(c.App.ErrWriter))
+	o.VolumeProgress = progress.Update
 	if o.Generate, err = generateOptions(c, &o.Decoding); err != nil {
 		return err
 	}
@@ -192,8 +293,19 @@ func evalCheckpoint(c *cli.Context) error {
 		}
 	}
 	res, err := eval.EvaluateCheckpoint(c.Context, o)
+	progress.Done()
 	if err != nil {
 		return err
+	}
+	if n := len(res.Skipped); n > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: data.skip_bad_files dropped %d validation sample%s that could not be read; the metrics are over the rest (val/skipped_samples, skipped_files in metrics.json):\n", n, plural(n))
+		for i, e := range res.Skipped {
+			if i == 5 {
+				fmt.Fprintf(c.App.ErrWriter, "  ... and %d more\n", n-5)
+				break
+			}
+			fmt.Fprintf(c.App.ErrWriter, "  %s\n", e)
+		}
 	}
 	if o.Generate > len(res.Generations) && len(res.Generations) > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "ortrain: --generate %d: the validation file has %d questions; answered them all\n", o.Generate, len(res.Generations))
@@ -238,15 +350,38 @@ func evalCheckpoint(c *cli.Context) error {
 	}
 	if path := c.String("report"); path != "" {
 		r := report.Report{Title: "Evaluation of " + res.Checkpoint, Generated: time.Now(), Volumes: res.Reports,
-			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE"},
-			Tables:      []report.Table{{Title: "Metrics", Columns: []string{"metric", "value"}, Rows: res.Table()[1:]}},
+			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE", "MSE"},
+			Tables:      []report.Table{{Title: "All metrics (as in metrics.csv)", Columns: []string{"metric", "value"}, Rows: res.Table()[1:]}},
 			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "ONNX Runtime", Value: ort.Version()}, {Key: "device", Value: opts.Device.String()}}}
+		if len(res.Volumes) > 0 {
+			r.Tables = append(r.Tables, report.Table{Title: "How the volumes were measured", Columns: []string{"setting", "value"}, Rows: measuredAs(res)})
+		}
 		if err := report.Write(path, r, c.Bool("overwrite")); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", path)
 	}
 	return nil
+}
+
+// measuredAs describes, for the report, the intensity window and data
+// range the volumes of res were measured with.
+func measuredAs(res *eval.CheckpointResult) [][]string {
+	var rows [][]string
+	if res.Window != nil {
+		rows = append(rows, []string{"intensity window (data.volumes.window)", fmt.Sprintf("[%g, %g]", res.Window[0], res.Window[1])},
+			[]string{"reference", "the input clamped to the window (each volume's clipped_voxels in metrics.json)"})
+	} else {
+		rows = append(rows, []string{"intensity window", "none: each volume mapped from its own min..max"})
+	}
+	if res.DataRange > 0 {
+		rows = append(rows, []string{"data range (PSNR, SSIM)", fmt.Sprintf("%g (--data-range)", res.DataRange)})
+	} else if res.Window != nil {
+		rows = append(rows, []string{"data range (PSNR, SSIM)", fmt.Sprintf("%g (the window's width)", res.Window[1]-res.Window[0])})
+	} else {
+		rows = append(rows, []string{"data range (PSNR, SSIM)", "each reference's max - min"})
+	}
+	return rows
 }
 
 // generateOptions reads eval's --generate and its decoding flags into d;
@@ -372,7 +507,30 @@ func writeEvalMetrics(dir string, res *eval.CheckpointResult, overwrite bool) er
 	}
 	return safefile.Write(csvPath, overwrite, func(w io.Writer) error {
 		cw := csv.NewWriter(w)
-		cw.WriteAll(res.Table())
+		cw.WriteAll(res.CSV())
+		return cw.Error()
+	})
+}
+
+// writeCompareMetrics writes eval --reference's metrics as metrics.json
+// (what --json prints) and metrics.csv (metric,value rows) into dir.
+func writeCompareMetrics(dir string, m eval.VolumeMetrics, overwrite bool) error {
+	if err := evalOutputsFree(dir, false, overwrite); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := safefile.WriteBytes(filepath.Join(dir, "metrics.json"), overwrite, append(b, '\n')); err != nil {
+		return err
+	}
+	return safefile.Write(filepath.Join(dir, "metrics.csv"), overwrite, func(w io.Writer) error {
+		cw := csv.NewWriter(w)
+		cw.WriteAll(m.CSV())
 		return cw.Error()
 	})
 }
@@ -382,12 +540,24 @@ func evalCompare(c *cli.Context) error {
 	if len(inputs) != 1 {
 		return usageError{fmt.Errorf("--reference compares one --input, got %d", len(inputs))}
 	}
-	if c.Float64("data-range") < 0 {
-		return usageError{fmt.Errorf("--data-range must be positive, got %g", c.Float64("data-range"))}
+	dir := c.String("out-dir")
+	if dir != "" {
+		if err := evalOutputsFree(dir, false, c.Bool("overwrite")); err != nil {
+			return err
+		}
 	}
-	m, entry, err := eval.CompareFiles(inputs[0], c.String("reference"), c.Float64("data-range"))
+	in, ref := inputs[0], c.String("reference")
+	m, entry, err := eval.CompareFiles(in, ref, c.Float64("data-range"))
 	if err != nil {
 		return err
+	}
+	for _, w := range m.Warnings {
+		warner(c)(w)
+	}
+	if dir != "" {
+		if err := writeCompareMetrics(dir, m, c.Bool("overwrite")); err != nil {
+			return err
+		}
 	}
 	w := c.App.Writer
 	if c.Bool("json") {
@@ -397,7 +567,7 @@ func evalCompare(c *cli.Context) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(w, "%s against %s (%d×%d×%d, data range %g)\n", inputs[0], c.String("reference"), m.Shape[0], m.Shape[1], m.Shape[2], m.DataRange)
+		fmt.Fprintf(w, "%s against %s (%d×%d×%d, data range %g)\n", in, ref, m.Shape[0], m.Shape[1], m.Shape[2], m.DataRange)
 		fmt.Fprintf(w, "PSNR     %.4f dB\n", m.PSNR)
 		if m.SSIM != nil {
 			fmt.Fprintf(w, "SSIM     %.6f\n", *m.SSIM)
@@ -412,12 +582,15 @@ func evalCompare(c *cli.Context) error {
 		fmt.Fprintf(w, "MAE      %.6g\nMSE      %.6g\n", m.MAE, m.MSE)
 	}
 	if path := c.String("report"); path != "" {
+		entry.InputLabel, entry.ReconLabel = "reference", "input"
+		entry.Name = in
 		r := report.Report{
-			Title:       "Reconstruction of " + c.String("reference"),
+			Title:       "Comparison of " + in + " with the reference " + ref,
 			Generated:   time.Now(),
 			Volumes:     []report.VolumeResult{entry},
-			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE"},
-			Env:         []report.KV{{Key: "ortrain", Value: version}, {Key: "input", Value: inputs[0]}, {Key: "reference", Value: c.String("reference")}},
+			MetricOrder: []string{"PSNR", "SSIM", "MS-SSIM", "MAE", "MSE"},
+			Env: []report.KV{{Key: "ortrain", Value: version}, {Key: "input (--input)", Value: in}, {Key: "reference (--reference)", Value: ref},
+				{Key: "data range (PSNR, SSIM)", Value: dataRangeNote(c, m.DataRange)}},
 		}
 		if err := report.Write(path, r, c.Bool("overwrite")); err != nil {
 			return err
@@ -425,4 +598,12 @@ func evalCompare(c *cli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", path)
 	}
 	return nil
+}
+
+// dataRangeNote says where eval --reference's data range came from.
+func dataRangeNote(c *cli.Context, r float64) string {
+	if c.IsSet("data-range") {
+		return fmt.Sprintf("%g (--data-range)", r)
+	}
+	return fmt.Sprintf("%g (the reference's max - min)", r)
 }

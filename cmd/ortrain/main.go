@@ -43,7 +43,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	fmt.Fprintln(stderr, "ortrain:", err)
 	code = exitCode(err)
-	if abortJob != nil {
+	var together interface{ EveryRank() bool }
+	switch {
+	case abortJob == nil:
+	case errors.As(err, &together) && together.EveryRank():
+		finishJob() // every rank refused together: none waits for another
+	default:
 		// A data-parallel rank that fails ends the job: the others would
 		// wait for it in their next collective.
 		abortJob(code)

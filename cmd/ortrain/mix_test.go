@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,8 +191,16 @@ lr = 0.05
 			t.Fatal(err)
 		}
 	}
+	// The refusal names the folders that differ and writes nothing into
+	// the run (no config.resume-1.toml for the changed max_steps, no
+	// events file, metrics.csv whole).
 	errOut.Reset()
-	if code := run([]string{"ortrain", "train", "--config", cfg, "--resume", "last", "--set", "trainer.max_steps=4"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "class folders") {
-		t.Errorf("resume after a class folder was renamed: exit %d, %q; want 2", code, errOut.String())
+	before := snapshot(t, version)
+	if code := run([]string{"ortrain", "train", "--config", cfg, "--resume", "last", "--set", "trainer.max_steps=4"}, &out, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), "class folders") || !strings.Contains(errOut.String(), "new zzz; missing "+st.Classes[0]) {
+		t.Errorf("resume after a class folder was renamed: exit %d, %q; want 2 naming zzz and %s", code, errOut.String(), st.Classes[0])
+	}
+	if after := snapshot(t, version); !maps.Equal(before, after) {
+		t.Errorf("the refused resume changed the run:\nbefore %v\nafter  %v", before, after)
 	}
 }

@@ -46,7 +46,8 @@ func TestRegistriesDoc(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(&b, "\n## Data kinds (`data.kind`)\n\n%s\n", code(config.DataKinds))
-	fmt.Fprintf(&b, "\n## Built-in losses (`model.loss`, `--loss`)\n\n%s, or `output:NAME` for a model that computes its own\n", code(loss.Kinds))
+	fmt.Fprintf(&b, "\n## Built-in losses (`model.loss`, `--loss`)\n\n%s on the model's first output, or `KIND:OUTPUT` on another (`cross_entropy:logits`); "+
+		"`output:NAME`, or just `NAME`, for a model that computes its own\n", code(loss.Kinds))
 	fmt.Fprintln(&b, "\n## Validation metrics (logged, `trainer.monitor`, eval)")
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| name | what |")

@@ -14,10 +14,14 @@ import (
 func reportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "report",
-		Usage:     "write a run's HTML report: loss and metric curves, last values, config",
+		Usage:     "write a run's HTML report: loss and metric curves, last values, eval results, config",
 		UsageText: "ortrain report RUN_DIR [--out FILE] [--overwrite]",
 		Description: `RUN_DIR is a run's version directory (outputs/<name>/version_N). The report
-is one self-contained HTML file, images embedded, no network needed.
+is one self-contained HTML file, images embedded, no network needed. It
+holds the curves of metrics.csv (byte counts in MB or GiB, PSNR in dB), the
+last value of every metric, the results of each ortrain eval --checkpoint
+written into the run (RUN_DIR/eval/<checkpoint>/metrics.json and
+metrics.csv), and the resolved config.
 
 Example:
    ortrain report outputs/quickstart/version_0`,

@@ -94,6 +94,7 @@ func spawnRanks(c *cli.Context, cfg *config.Config, world int, gpus bool) error 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	asked := false
+	var first firstSignal
 	for {
 		select {
 		case err := <-done:
@@ -102,8 +103,11 @@ func spawnRanks(c *cli.Context, cfg *config.Config, world int, gpus bool) error 
 				return ranksFailed{exit.ExitCode()}
 			}
 			return err
-		case <-sigs:
-			if !asked {
+		case sig := <-sigs:
+			if !first.again(sig) { // the first, or it again (see repeatWindow)
+				if asked {
+					continue
+				}
 				asked = true
 				fmt.Fprintln(c.App.ErrWriter, "\nortrain: interrupted; the ranks finish the step and rank 0 writes a checkpoint (again to exit now)")
 				if err := os.WriteFile(stop, nil, 0o644); err != nil {

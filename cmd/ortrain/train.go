@@ -2,16 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -35,7 +35,11 @@ func trainCommand() *cli.Command {
 		Description: `Trains on the device trainer.device names with weights and optimizer state
 kept there for the whole run. The first SIGINT/SIGTERM finishes the current
 step, writes a checkpoint and exits 0; a second exits at once (the newest
-checkpoint stays whole).
+checkpoint stays whole; the same signal again within 1.5 s, as GNU
+timeout sends it, counts once). A signal during setup exits 130 at once
+and leaves nothing: the new run directory is removed, an overwritten one
+keeps its old run. --overwrite replaces a run directory's contents only
+once the new run's setup succeeded, and only those of a run.
 
 Examples:
    ortrain train --config resnet.toml --set trainer.max_steps=1000
@@ -53,6 +57,14 @@ Examples:
 }
 
 func trainAction(c *cli.Context) error {
+	switch {
+	case c.IsSet("resume") && c.String("resume") == "":
+		return usageError{errors.New("--resume is empty (an unset variable?): give last, best, a checkpoint directory or a run's version directory, or leave --resume out for a new run")}
+	case c.String("resume") != "" && c.IsSet("run-dir"):
+		return usageError{errors.New("--resume continues the run in its own directory; --run-dir names a new run's directory: give one of them (to branch a run, copy its directory and resume the copy)")}
+	case c.Bool("overwrite") && c.String("run-dir") == "":
+		return usageError{errors.New("--overwrite replaces the run in --run-dir DIR: give --run-dir (a new run without it takes the next version_N, overwriting nothing)")}
+	}
 	cfg, err := readConfig(c)
 	if err != nil {
 		return err
@@ -78,7 +90,30 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		return "", err
 	}
 	if world := cfg.Trainer.WorldSize(); world > 1 || cfg.Trainer.Strategy == "ddp" {
+		if _, _, ncclErr := collective.NCCLAvailable(); opts.Device.CUDA && ncclErr != nil {
+			// A GPU that is not usable is the problem to state before
+			// how GPU ranks would talk (NCCL). (Checked only here: a
+			// session on the GPU would keep a CUDA context in this
+			// launcher for the whole run.)
+			if err := usableDevice("trainer.device", opts); err != nil {
+				if cfg.Trainer.Device != "auto" {
+					return "", err
+				}
+				opts.Device = ort.CPU // the ranks fall back alike, and say so
+			}
+		}
 		if _, launched := collective.Launched(); !launched {
+			// A resume the ranks would refuse is refused once, here,
+			// before any is started.
+			if resume != "" {
+				ck, _, err := rundir.FindCheckpoint("--resume", resume, cfg.OutputDir, cfg.Name)
+				if err != nil {
+					return "", err
+				}
+				if err := trainer.CheckResume(cfg, ck); err != nil {
+					return "", err
+				}
+			}
 			return "", spawnRanks(c, cfg, world, opts.Device.CUDA)
 		}
 	}
@@ -103,6 +138,10 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if comm != nil && comm.Rank() != 0 {
 		return "", trainRank(c, cfg, comm, resume, opts)
 	}
+	// From here SIGINT/SIGTERM end setup at once, undoing what it made,
+	// and then interrupt training (see signals).
+	sig := watchSignals(c.App.ErrWriter)
+	defer sig.stop()
 	var prep prepared
 	if cfg.Model.Artifacts != "" {
 		if err := prep.load(cfg, "", opts); err != nil {
@@ -110,38 +149,44 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		}
 	}
 	// What this command creates, it removes if setup fails.
-	_, statErr := os.Stat(runDir)
-	newRunDir := runDir != "" && os.IsNotExist(statErr)
 	namesDir := filepath.Join(cfg.OutputDir, cfg.Name)
-	_, statErr = os.Stat(namesDir)
+	_, statErr := os.Stat(namesDir)
 	newNamesDir := os.IsNotExist(statErr)
 	_, statErr = os.Stat(cfg.OutputDir)
 	newOutputDir := os.IsNotExist(statErr)
-	rd, ck, err := openRunDir(cfg, resume, runDir, overwrite)
+	rd, ck, err := openRunDir(cfg, resume, runDir, overwrite, runInputs(c, cfg))
 	if err != nil {
 		return "", err
 	}
 	// A new version (or a --run-dir this command made) whose setup fails
 	// (artifacts that do not build, data that does not open, initial
-	// weights refused) is removed: a failed command leaves nothing.
-	started := false
-	defer func() {
-		rd.Close()
-		if err != nil && !started && resume == "" && (runDir == "" || newRunDir) {
-			os.RemoveAll(rd.Path)
-			if runDir == "" && newNamesDir {
-				os.Remove(namesDir) // only if empty: other versions stay
-				if newOutputDir {
-					os.Remove(cfg.OutputDir)
-				}
+	// weights refused) or is interrupted is removed, and an overwritten
+	// --run-dir gets its old run back: a failed command leaves nothing.
+	undo := sync.OnceValue(func() string {
+		msg, err := rd.Discard()
+		if err != nil {
+			return fmt.Sprintf("undoing the setup of %s failed: %v", rd.Path, err)
+		}
+		if runDir == "" && !rd.Resumed && newNamesDir {
+			os.Remove(namesDir) // only if empty: other versions stay
+			if newOutputDir {
+				os.Remove(cfg.OutputDir)
 			}
 		}
+		return msg
+	})
+	sig.setUndo(undo)
+	started := false
+	defer func() {
+		if err != nil && !started {
+			if msg := undo(); strings.HasPrefix(msg, "undoing") {
+				fmt.Fprintln(c.App.ErrWriter, "ortrain: "+msg)
+			}
+		}
+		rd.Close()
 	}()
 	enc, err := cfg.Encode()
 	if err != nil {
-		return "", err
-	}
-	if _, err := rd.WriteConfig(enc); err != nil {
 		return "", err
 	}
 	if prep.artifacts == "" { // built from model.onnx or a recipe into the run directory
@@ -164,7 +209,14 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 			comm.Size(), plural(comm.Size()), engine, comm.Size(), cfg.Data.BatchSize*cfg.Trainer.AccumulateGradBatches)
 	}
 	if m, err := artifacts.Load(prep.artifacts); err == nil {
-		fmt.Fprintf(c.App.ErrWriter, "ortrain: precision %s: %s\n", cfg.Trainer.Precision, m.Precision)
+		note := ""
+		if cfg.Trainer.Precision == config.TF32 && !opts.Device.CUDA {
+			note = " (TF32 is a mode of NVIDIA GPUs' tensor cores: on the CPU \"tf32\" trains as \"32\")"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: precision %s: %s%s\n", cfg.Trainer.Precision, m.Precision, note)
+		for _, warn := range m.Warnings { // what the build found suspicious in the model
+			fmt.Fprintf(c.App.ErrWriter, "ortrain: warning: %s\n", warn)
+		}
 		if d := m.Optimizer.EMADecay; d > 0 {
 			fmt.Fprintf(c.App.ErrWriter, "ortrain: weight EMA %g: validation, eval and export use the averaged weights\n", d)
 		}
@@ -175,10 +227,17 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		return "", err
 	}
 	defer t.Close()
-	ctx, stop := interruptible(c.App.ErrWriter)
-	defer stop()
+	// Written once every check passed: a refused resume adds no
+	// config.resume-K.toml.
+	if _, err := rd.WriteConfig(enc); err != nil {
+		return "", err
+	}
+	sig.start()
 	started = true
-	return rd.Path, t.Run(ctx)
+	if err := rd.Commit(); err != nil { // an overwritten run's old contents
+		fmt.Fprintf(c.App.ErrWriter, "ortrain: warning: %s: removing the replaced run: %v\n", rd.Path, err)
+	}
+	return rd.Path, t.Run(sig.ctx)
 }
 
 // joinJob joins the data-parallel job a launcher started this process in
@@ -200,10 +259,22 @@ func joinJob(cfg *config.Config) (*collective.Comm, error) {
 	if size != world {
 		return nil, &config.Error{Key: "trainer.devices", Msg: fmt.Sprintf("the launcher started %d processes, but trainer.devices × trainer.num_nodes = %d", size, world)}
 	}
+	timeout, err := collective.TimeoutFromEnv()
+	if err != nil {
+		return nil, usageError{err}
+	}
 	comm, err := collective.Init()
 	if err != nil {
 		return nil, &config.Error{Key: "trainer.devices", Msg: err.Error()}
 	}
+	// A rank that stops answering would leave the others waiting in
+	// their next collective forever: past the timeout, each ends with
+	// exit 1, and mpirun ends the job. (The collective cannot be
+	// cancelled, nor MPI_Abort called beside it.)
+	comm.Watch(timeout, func(err error) {
+		fmt.Fprintln(os.Stderr, "ortrain:", err)
+		os.Exit(1)
+	})
 	abortJob = comm.Abort
 	finishJob = func() { comm.Finalize() }
 	hash, err := cfg.Hash()
@@ -224,10 +295,67 @@ func joinJob(cfg *config.Config) (*collective.Comm, error) {
 	n := float64(comm.Size())
 	for i := 0; i < len(v); i += 2 {
 		if sums[i] != n*v[i] || sums[i+1] != n*v[i+1] {
-			return nil, &config.Error{Key: "config", Msg: fmt.Sprintf("rank %d's configuration differs from another rank's (config hash %s...): every rank must train the same configuration", comm.Rank(), hash[:12])}
+			// Every rank sees the sums differ (they agree with n
+			// copies only when all are equal): all refuse together.
+			return nil, trainer.DisagreeError{Err: configDiffers(comm, cfg, hash)}
 		}
 	}
 	return comm, nil
+}
+
+// configDiffers says how this rank's configuration differs from rank
+// 0's, which rank 0 broadcasts (its length first: a broadcast's size is
+// fixed on every rank), naming the keys and both values.
+func configDiffers(comm *collective.Comm, cfg *config.Config, hash string) *config.Error {
+	generic := &config.Error{Msg: fmt.Sprintf("rank %d's configuration differs from another rank's (config hash %s...): every rank must train the same configuration", comm.Rank(), hash[:12])}
+	var text []byte
+	if comm.Rank() == 0 {
+		text, _ = cfg.Encode()
+	}
+	size := make([]byte, 8)
+	binary.LittleEndian.PutUint64(size, uint64(len(text)))
+	if err := comm.Broadcast(size, 0); err != nil {
+		return generic
+	}
+	if comm.Rank() == 0 {
+		// The other ranks name the keys.
+		generic.Msg = fmt.Sprintf("another rank's configuration differs from rank 0's (config hash %s...), in the keys its message names: every rank must train the same configuration", hash[:12])
+	} else {
+		text = make([]byte, binary.LittleEndian.Uint64(size))
+	}
+	if len(text) == 0 || comm.Broadcast(text, 0) != nil || comm.Rank() == 0 {
+		return generic
+	}
+	root, err := config.Parse(text, "rank 0's configuration")
+	if err != nil {
+		return generic
+	}
+	diff, err := config.Diff(root, cfg)
+	if err != nil {
+		return generic
+	}
+	var keys []string
+	for _, k := range diff {
+		if strings.HasSuffix(k, "(volatile)") {
+			continue // the hash leaves them out (agreeAcrossRanks checks those that must match)
+		}
+		keys = append(keys, fmt.Sprintf("%s = %v (rank 0: %v)", k, tomlValue(cfg.Value(k)), tomlValue(root.Value(k))))
+	}
+	if len(keys) == 0 {
+		return generic
+	}
+	return &config.Error{Msg: fmt.Sprintf("rank %d's configuration differs from rank 0's: %s; every rank must train the same configuration", comm.Rank(), strings.Join(keys, ", "))}
+}
+
+// tomlValue writes a configuration value as TOML does ("unset" for none).
+func tomlValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "unset"
+	case string:
+		return strconv.Quote(x)
+	}
+	return fmt.Sprint(v)
 }
 
 // abortJob, when a data-parallel job is joined, ends every rank with the
@@ -324,25 +452,12 @@ func warnData(w io.Writer, key string, ds data.Dataset) {
 
 // interruptible returns a context cancelled by the first SIGINT or
 // SIGTERM, which lets the loop finish its step and checkpoint; a second
-// signal exits at once with status 130.
-func interruptible(w interface{ Write([]byte) (int, error) }) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	quit := make(chan struct{})
-	watchStopFile(cancel, quit)
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		if _, ok := <-ch; !ok {
-			return
-		}
-		fmt.Fprintln(w, "\nortrain: interrupted; finishing the step and writing a checkpoint (again to exit now)")
-		cancel()
-		if _, ok := <-ch; ok {
-			fmt.Fprintln(w, "ortrain: exiting without a new checkpoint")
-			os.Exit(130)
-		}
-	}()
-	return ctx, func() { signal.Stop(ch); close(ch); close(quit); cancel() }
+// signal exits at once with status 130 (the first delivered twice, as GNU
+// timeout does, counts once: see signals).
+func interruptible(w io.Writer) (context.Context, func()) {
+	s := watchSignals(w)
+	s.start()
+	return s.ctx, s.stop
 }
 
 // configFlags are the flags that choose a run configuration, shared by
@@ -390,12 +505,18 @@ func loadConfig(path string, sets []string) (*config.Config, error) {
 	return cfg, cfg.Resolve()
 }
 
+// runInputs are the paths a run reads, which --overwrite must not delete.
+func runInputs(c *cli.Context, cfg *config.Config) map[string]string {
+	return map[string]string{"data.train": cfg.Data.Train, "data.val": cfg.Data.Val, "model.artifacts": cfg.Model.Artifacts,
+		"model.onnx": cfg.Model.ONNX, "model.init_weights": cfg.Model.InitWeights, "--config": c.String("config")}
+}
+
 // openRunDir opens the run directory and finds the checkpoint to resume
 // from ("" for a new run).
-func openRunDir(cfg *config.Config, resume, runDir string, overwrite bool) (*rundir.Dir, string, error) {
+func openRunDir(cfg *config.Config, resume, runDir string, overwrite bool, inputs map[string]string) (*rundir.Dir, string, error) {
 	if resume == "" {
 		if runDir != "" {
-			d, err := rundir.At(runDir, overwrite)
+			d, err := rundir.At(runDir, overwrite, inputs)
 			return d, "", err
 		}
 		d, err := rundir.New(cfg.OutputDir, cfg.Name)

@@ -44,7 +44,7 @@ func linearArtifacts(t *testing.T, dir string) {
 // artifacts exit 2 naming them; a run writes version_0 with its config,
 // metrics, TensorBoard events and checkpoints; a second run takes
 // version_1; --resume last continues version_1 to the new max_steps; an
-// existing --run-dir is kept unless --overwrite.
+// existing --run-dir is kept, and --overwrite replaces only runs.
 func TestTrainCommand(t *testing.T) {
 	orttest.Init(t)
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
@@ -141,7 +141,11 @@ lr = 0.05
 				t.Error("existing run directory changed")
 			}
 		}},
-		{"run dir overwritten", []string{"--run-dir", kept, "--overwrite"}, 0, "", nil},
+		{"a folder that is no run is not overwritten", []string{"--run-dir", kept, "--overwrite"}, 2, "no ortrain run", func(t *testing.T) {
+			if b, _ := os.ReadFile(filepath.Join(kept, "notes.txt")); string(b) != "mine" {
+				t.Error("--overwrite changed a folder that holds no run")
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

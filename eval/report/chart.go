@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -71,6 +72,8 @@ func (c Chart) render() (renderedChart, error) {
 		p.X.Label.Text = "step"
 	}
 	p.Y.Label.Text = c.YLabel
+	p.X.Tick.Marker = plainTicks{}
+	p.Y.Tick.Marker = plainTicks{}
 	if c.LogY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
@@ -80,6 +83,7 @@ func (c Chart) render() (renderedChart, error) {
 	}
 	p.Add(plotter.NewGrid())
 	points := 0
+	lo, hi := math.Inf(1), math.Inf(-1)
 	for i, s := range c.Series {
 		if len(s.Step) != len(s.Value) {
 			return out, fmt.Errorf("report: chart %q, series %q: %d steps but %d values", c.Title, s.Name, len(s.Step), len(s.Value))
@@ -92,6 +96,7 @@ func (c Chart) render() (renderedChart, error) {
 				continue
 			}
 			xy = append(xy, plotter.XY{X: x, Y: v})
+			lo, hi = min(lo, v), max(hi, v)
 		}
 		if len(xy) == 0 {
 			continue
@@ -112,6 +117,11 @@ func (c Chart) render() (renderedChart, error) {
 	if points == 0 {
 		return out, nil
 	}
+	if c.LogY && lo == hi {
+		// One value (a single logged point, a constant curve): the plot
+		// would widen the range by ±1, through 0 on a log axis.
+		p.Y.Min, p.Y.Max = lo/2, hi*2
+	}
 	canvas := vgimg.NewWith(vgimg.UseWH(chartWidth, chartHeight), vgimg.UseDPI(chartDPI))
 	p.Draw(draw.New(canvas))
 	var buf bytes.Buffer
@@ -122,4 +132,22 @@ func (c Chart) render() (renderedChart, error) {
 	out.Width, out.Height = img.Dx()/2, img.Dy()/2
 	out.Src = pngURI(buf.Bytes())
 	return out, nil
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros:
+// steps read 50, 75, 100, not 50.00, 75.00, 100.00.
+type plainTicks struct{}
+
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i, t := range ticks {
+		switch {
+		case t.Label == "":
+		case t.Value == math.Trunc(t.Value) && math.Abs(t.Value) < 1e12:
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'f', 0, 64)
+		default:
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', 6, 64)
+		}
+	}
+	return ticks
 }

@@ -58,9 +58,15 @@ type VolumeResult struct {
 	// Spacing is the voxel size along each axis in Shape's order, in mm
 	// (NIfTI pixdim[3], pixdim[2], pixdim[1]). All zero means isotropic.
 	Spacing [3]float64
+	// SpacingUnknown says the file records no spacing (a .npy): the
+	// slices are drawn with square voxels and no spacing is shown.
+	SpacingUnknown bool
 	// Input is the reference volume and Recon its reconstruction.
 	Input, Recon []float32
-	Metrics      map[string]float64
+	// InputLabel and ReconLabel name the rows of Input's and Recon's
+	// slices ("input" and "reconstruction" when empty).
+	InputLabel, ReconLabel string
+	Metrics                map[string]float64
 	// Slices are the indices along axes 0, 1 and 2 of the axial, coronal
 	// and sagittal slices shown; nil means the middle slice of each axis.
 	Slices []int
@@ -151,6 +157,7 @@ type volumeModel struct {
 	ErrorNote  string
 	GreyNote   string
 	SliceIndex [3]int
+	ErrorName  string // what the error map shows: |recon − input|
 }
 
 // viewModel is one column of a volume's picture grid.
@@ -205,9 +212,12 @@ func build(r Report) (*model, error) {
 			}
 		}
 	}
-	m.Metrics = metricNames(r)
+	names := metricNames(r)
+	for _, name := range names {
+		m.Metrics = append(m.Metrics, withUnit(name))
+	}
 	for i, v := range r.Volumes {
-		vm, err := buildVolume(v, m.Metrics)
+		vm, err := buildVolume(v, names)
 		if err != nil {
 			name := v.Name
 			if name == "" {
@@ -226,7 +236,7 @@ func build(r Report) (*model, error) {
 		byGroup[v.Group] = append(byGroup[v.Group], v)
 	}
 	for _, g := range groups {
-		m.Summary = append(m.Summary, summaryTable{Group: g, N: len(byGroup[g]), Rows: summarise(byGroup[g], m.Metrics)})
+		m.Summary = append(m.Summary, summaryTable{Group: g, N: len(byGroup[g]), Rows: summarise(byGroup[g], names)})
 	}
 	for _, c := range r.Charts {
 		rc, err := c.render()
@@ -254,6 +264,17 @@ func metricNames(r Report) []string {
 	return append(names, rest...)
 }
 
+// units are the units of the metrics that have one.
+var units = map[string]string{"PSNR": "dB"}
+
+// withUnit is a metric's column heading: its name, and its unit if any.
+func withUnit(name string) string {
+	if u, ok := units[name]; ok {
+		return name + " (" + u + ")"
+	}
+	return name
+}
+
 // format prints a metric value with five significant digits.
 func format(v float64) string {
 	return strconv.FormatFloat(v, 'g', 5, 64)
@@ -273,7 +294,7 @@ func summarise(vols []VolumeResult, names []string) []summaryRow {
 				xs = append(xs, x)
 			}
 		}
-		row := summaryRow{Metric: name, N: len(xs), Mean: "—", Std: "—", Min: "—", Max: "—"}
+		row := summaryRow{Metric: withUnit(name), N: len(xs), Mean: "—", Std: "—", Min: "—", Max: "—"}
 		if len(xs) > 0 {
 			mean := 0.0
 			for _, x := range xs {
@@ -300,6 +321,13 @@ var errNoFinite = errors.New("input has no finite values")
 // buildVolume validates v and renders its pictures.
 func buildVolume(v VolumeResult, metrics []string) (volumeModel, error) {
 	vm := volumeModel{Name: v.Name, Rows: []string{"input", "reconstruction", "|error|"}}
+	if v.InputLabel != "" {
+		vm.Rows[0] = v.InputLabel
+	}
+	if v.ReconLabel != "" {
+		vm.Rows[1] = v.ReconLabel
+	}
+	vm.ErrorName = "|" + vm.Rows[1] + " − " + vm.Rows[0] + "|"
 	n := v.Shape[0] * v.Shape[1] * v.Shape[2]
 	switch {
 	case v.Shape[0] < 1 || v.Shape[1] < 1 || v.Shape[2] < 1:
@@ -333,6 +361,9 @@ func buildVolume(v VolumeResult, metrics []string) (volumeModel, error) {
 	vm.SliceIndex = idx
 	vm.Shape = fmt.Sprintf("%d × %d × %d", v.Shape[0], v.Shape[1], v.Shape[2])
 	vm.Spacing = fmt.Sprintf("%.4g × %.4g × %.4g mm", spacing[0], spacing[1], spacing[2])
+	if v.SpacingUnknown {
+		vm.Spacing = "not recorded (drawn as square voxels)"
+	}
 	for _, name := range metrics {
 		if x, ok := v.Metrics[name]; ok {
 			vm.Values = append(vm.Values, format(x))
@@ -347,7 +378,7 @@ func buildVolume(v VolumeResult, metrics []string) (volumeModel, error) {
 		if lo, hi, ok = rangeOf(v.Input); !ok {
 			return vm, errNoFinite
 		}
-		vm.GreyNote = "input range"
+		vm.GreyNote = "range of the " + vm.Rows[0]
 	} else if !(lo < hi) || math.IsInf(lo, 0) || math.IsInf(hi, 0) {
 		return vm, fmt.Errorf("grey window %v, want finite lo < hi", v.Window)
 	} else {
@@ -421,8 +452,8 @@ func ticks(lo, hi float64, clipped bool) []tick {
 	var t []tick
 	for i := range 5 {
 		v := lo + (hi-lo)*float64(i)/4
-		if math.Abs(v) < 1e-9*(hi-lo) {
-			v = 0 // not −5.551e−17 from rounding
+		if math.Abs(v) < 1e-4*(hi-lo) {
+			v = 0 // not −5.551e−17 from rounding, nor −0.005 of a −1000.09..1000.08 window
 		}
 		label := strconv.FormatFloat(v, 'g', 4, 64)
 		if i == 4 && clipped {

@@ -119,9 +119,10 @@ func TestRenderStructure(t *testing.T) {
 	if strings.Contains(page, "ZgotmplZ") {
 		t.Error("html/template rejected a value (ZgotmplZ in the page)")
 	}
-	// Metric columns: the ordered one first, then the rest alphabetically.
-	if !strings.Contains(page, "<th>PSNR</th><th>MAE</th><th>SSIM</th>") {
-		t.Error("per-volume header lacks the columns PSNR, MAE, SSIM in that order")
+	// Metric columns: the ordered one first, then the rest alphabetically;
+	// PSNR with its unit.
+	if !strings.Contains(page, "<th>PSNR (dB)</th><th>MAE</th><th>SSIM</th>") {
+		t.Error("per-volume header lacks the columns PSNR (dB), MAE, SSIM in that order")
 	}
 }
 
@@ -349,6 +350,23 @@ func TestChartWithoutData(t *testing.T) {
 	}
 }
 
+// TestLogChartOfOneValue: a run that logged one point (or a constant
+// curve) draws it on a log axis instead of failing: the plot's own widening
+// of a one-value range would reach through 0.
+func TestLogChartOfOneValue(t *testing.T) {
+	for _, values := range [][]float64{{0.5}, {3, 3, 3}} {
+		steps := make([]float64, len(values))
+		for i := range steps {
+			steps[i] = float64(10 * (i + 1))
+		}
+		r := Report{Charts: []Chart{{Title: "loss", LogY: true, Series: []Series{{Name: "train/loss", Step: steps, Value: values}}}}}
+		page, _ := render(t, r)
+		if !strings.Contains(page, "data:image/png;base64,") {
+			t.Errorf("values %v: no picture drawn", values)
+		}
+	}
+}
+
 // TestWrite checks that Write leaves exactly the report, readable by all,
 // and no temporary file, and fails cleanly for a missing directory.
 func TestWrite(t *testing.T) {
@@ -411,5 +429,45 @@ func TestTicks(t *testing.T) {
 	}
 	if l := ticks(-1.0/3, 1.0/3, false)[2].Label; l != "0" {
 		t.Errorf("middle tick of a symmetric range = %q, want 0", l)
+	}
+}
+
+// TestRowLabelsAndUnknownSpacing: the rows of the slices are named as the
+// caller says (eval --reference shows the reference and the input, not a
+// "reconstruction"), the error map says what it subtracts, and a volume
+// whose file records no spacing (.npy) is not given one.
+func TestRowLabelsAndUnknownSpacing(t *testing.T) {
+	s := [3]int{12, 12, 12}
+	r := Report{Volumes: []VolumeResult{{Name: "rec.npy", Shape: s, Input: phantom(s), Recon: degrade(phantom(s), s, 0.05, 1),
+		InputLabel: "reference", ReconLabel: "input", SpacingUnknown: true, Metrics: map[string]float64{"PSNR": 30}}}}
+	page, _ := render(t, r)
+	for _, want := range []string{`<th class="row">reference</th>`, `<th class="row">input</th>`, "|input − reference| (black body)", "spacing not recorded"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	for _, bad := range []string{`<th class="row">reconstruction</th>`, "1 × 1 × 1 mm"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("page has %q", bad)
+		}
+	}
+}
+
+// TestPlainTicks: tick labels carry no trailing zeros (steps read 50, not
+// 50.00).
+func TestPlainTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range (plainTicks{}).Ticks(0, 100) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if len(labels) == 0 || strings.Join(labels, " ") != "0 50 100" {
+		t.Errorf("tick labels %q, want 0 50 100", labels)
+	}
+	for _, tk := range (plainTicks{}).Ticks(0, 0.3) {
+		if strings.HasSuffix(tk.Label, "0") && strings.Contains(tk.Label, ".") {
+			t.Errorf("tick label %q has trailing zeros", tk.Label)
+		}
 	}
 }

@@ -107,6 +107,10 @@ type Options struct {
 	// Workers bounds the goroutines used to copy patches and blend
 	// predictions; 0 means runtime.GOMAXPROCS(0).
 	Workers int
+	// Progress, when set, hears of the windows predicted so far after
+	// each predictor call (done of total); it is called on Infer's
+	// goroutine and should return quickly (throttle any printing).
+	Progress func(done, total int)
 }
 
 // Interval returns MONAI's scan interval along one axis: int(patch × (1 −
@@ -288,9 +292,29 @@ func Infer(ctx context.Context, vol []float32, shape [3]int, opt Options, predic
 			return nil, fmt.Errorf("sliding: predictor returned %d values for %d windows of %d×%v, want %d", len(pred), n, g.channels, opt.Patch, n*patchLen)
 		}
 		g.scatter(out, wsum, pred, weights, first, n, workers)
+		if opt.Progress != nil {
+			opt.Progress(first+n, total)
+		}
 	}
 	g.normalise(out, wsum, workers)
 	return out, nil
+}
+
+// Windows returns the number of windows Infer predicts for a volume of
+// the given spatial shape: the product of the per-axis start counts.
+func Windows(shape [3]int, opt Options) (int, error) {
+	n := 1
+	for i := range 3 {
+		if !(opt.Overlap >= 0 && opt.Overlap < 1) {
+			return 0, fmt.Errorf("sliding: overlap %v, want a fraction in [0, 1)", opt.Overlap)
+		}
+		s, err := Starts(shape[i], opt.Patch[i], Interval(opt.Patch[i], opt.Overlap))
+		if err != nil {
+			return 0, err
+		}
+		n *= len(s)
+	}
+	return n, nil
 }
 
 // Interval returns the scan interval of each axis for these options.

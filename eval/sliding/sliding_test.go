@@ -323,3 +323,29 @@ func BenchmarkInfer(b *testing.B) {
 		})
 	}
 }
+
+// TestInferProgress: Progress hears of every predictor call with the
+// windows done so far and the total, which Windows gives up front.
+func TestInferProgress(t *testing.T) {
+	shape := [3]int{10, 11, 13}
+	opt := Options{Patch: [3]int{4, 5, 6}, Overlap: 0.5, BatchSize: 3}
+	total, err := Windows(shape, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 4 * 4 * 4; total != want { // starts 0,2,4,6 / 0,2,4,6 / 0,3,6,7
+		t.Errorf("Windows = %d, want %d", total, want)
+	}
+	var seen [][2]int
+	opt.Progress = func(done, n int) { seen = append(seen, [2]int{done, n}) }
+	var calls []int
+	if _, err := Infer(context.Background(), randomVolume(10*11*13, 1), shape, opt, addConst(0, &calls)); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(calls) || seen[len(seen)-1] != [2]int{total, total} || seen[0] != [2]int{3, total} {
+		t.Errorf("progress %v for batches %v, want one call per batch ending at %d/%d", seen, calls, total, total)
+	}
+	if _, err := Windows(shape, Options{Patch: opt.Patch, Overlap: math.NaN()}); err == nil {
+		t.Error("Windows with overlap NaN: no error")
+	}
+}

@@ -2,6 +2,7 @@ package artifacts
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -105,7 +106,8 @@ func Build(opts Options) (*Manifest, error) {
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
 		return nil, err
 	}
-	spec, err := lossSpec(g, opts)
+	model := modelName(opts)
+	spec, err := lossSpec(g, opts, model)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +126,9 @@ func Build(opts Options) (*Manifest, error) {
 				return nil, &Error{fmt.Sprintf("bad glob %q: %v", gl, err)}
 			}
 		}
+	}
+	if err := checkGlobs(g, opts, model); err != nil {
+		return nil, err
 	}
 
 	// Floating initializers of rank >= 1 are model state: BatchNorm running
@@ -154,6 +159,7 @@ func Build(opts Options) (*Manifest, error) {
 	var weights []safetensors.Tensor
 	var params []optim.Param
 	var trainable []string
+	var trainees []trainee
 	for _, name := range slices.Clone(g.InitOrder) {
 		t := g.Initializers[name]
 		info := g.Info(name)
@@ -178,10 +184,14 @@ func Build(opts Options) (*Manifest, error) {
 			m.Params = append(m.Params, desc)
 			params = append(params, optim.Param{Name: name, Info: info})
 			trainable = append(trainable, name)
+			trainees = append(trainees, trainee{name, info, raw})
 		}
 	}
 	if len(params) == 0 {
-		return nil, &Error{"no trainable parameters: the model has no floating initializers, or --trainable/--frozen excluded them all"}
+		return nil, noParams(g, m, weights, model)
+	}
+	if m.Warnings, err = checkTrained(g, trainees, model); err != nil {
+		return nil, err
 	}
 	for _, in := range g.Inputs {
 		if in == graph.GlobalStepInput {
@@ -272,17 +282,67 @@ func Build(opts Options) (*Manifest, error) {
 	return m, os.WriteFile(filepath.Join(opts.Out, ManifestFile), append(b, '\n'), 0o644)
 }
 
-func lossSpec(g *graph.Graph, opts Options) (loss.Spec, error) {
+// lossSpec reads opts.Loss (loss.Parse's forms, or the bare name of one of
+// the model's outputs) and checks that the output it names exists.
+func lossSpec(g *graph.Graph, opts Options, model string) (loss.Spec, error) {
+	outs := strings.Join(g.Outputs, ", ")
 	if opts.Loss == "" {
 		if slices.Contains(g.Outputs, loss.Name) {
 			return loss.Spec{Kind: loss.Output, Output: loss.Name}, nil
 		}
-		return loss.Spec{}, &Error{"the model has no output named loss; choose one with --loss (mse, l1, cross_entropy, bce_with_logits, output:NAME)"}
+		return loss.Spec{}, &Error{fmt.Sprintf("%s has no output named loss (its outputs are %s); choose the loss with --loss (model.loss): %s", model, outs, loss.Usage)}
 	}
 	spec, err := loss.Parse(opts.Loss)
+	if err != nil {
+		if !slices.Contains(g.Outputs, opts.Loss) {
+			msg := err.Error()
+			if le := (*loss.Error)(nil); errors.As(err, &le) {
+				msg = le.Msg
+			}
+			return spec, &Error{fmt.Sprintf("%s; the outputs of %s are %s", msg, model, outs)}
+		}
+		spec = loss.Spec{Kind: loss.Output, Output: opts.Loss}
+	}
+	if _, ok := g.Infos[spec.Output]; spec.Output != "" && !ok {
+		return spec, &Error{fmt.Sprintf("loss %q: %s has no output (or other value) named %q; its outputs are %s", opts.Loss, model, spec.Output, outs)}
+	}
+	if spec.Kind != loss.Output && spec.Output == "" && len(g.Outputs) == 0 {
+		return spec, &Error{fmt.Sprintf("%s has no outputs for loss %s to read", model, spec.Kind)}
+	}
 	spec.LabelSmoothing = opts.LabelSmoothing
 	spec.SoftTargets = opts.SoftTargets
-	return spec, err
+	return spec, nil
+}
+
+// noParams is the error for a model with nothing to train: it says why
+// (no floating initializers at all, as export_params=False leaves; or
+// --trainable/--frozen, buffers or the export's frozen list took them).
+func noParams(g *graph.Graph, m *Manifest, weights []safetensors.Tensor, model string) error {
+	if len(weights) == 0 {
+		msg := fmt.Sprintf("no trainable parameters: %s has no floating initializers", model)
+		var ins []string
+		for _, in := range g.Inputs {
+			if info := g.Info(in); info.Float() && info.Rank() >= 1 {
+				ins = append(ins, in)
+			}
+		}
+		if len(ins) > 1 {
+			msg += fmt.Sprintf("; were its weights exported as graph inputs (its floating inputs are %s)? Re-export with torch.onnx.export(..., export_params=True)", list(ins, 8))
+		}
+		return &Error{msg}
+	}
+	var names []string
+	for _, w := range weights {
+		names = append(names, w.Name)
+	}
+	msg := fmt.Sprintf("no trainable parameters: of the floating initializers of %s (%s)", model, list(names, 12))
+	switch {
+	case len(m.Buffers) == len(weights):
+		msg += ", all are buffers (BatchNorm statistics, buffer updates)"
+	default:
+		msg += fmt.Sprintf(", %d are frozen by --trainable/--frozen (model.trainable/model.frozen) or the export's %s list, and %d are buffers", len(m.Frozen), FrozenKey, len(m.Buffers))
+	}
+	return &Error{msg}
 }
 
 func matches(globs []string, name string) bool {
@@ -411,7 +471,11 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 		if len(un) > 6 {
 			un = append(un[:6:6], fmt.Sprintf("and %d more", len(un)-6))
 		}
-		return nil, &Error{fmt.Sprintf("the loss does not depend on the parameters %s through differentiable ops (or a stop-gradient cuts them off), so their gradient would always be zero: freeze them with --frozen GLOB (config model.frozen), or train only what the loss reaches with --trainable GLOB", strings.Join(un, ", "))}
+		which := ""
+		if spec.Kind != loss.Output {
+			which = loss.Describe(fwd.Outputs, spec) + "; "
+		}
+		return nil, &Error{fmt.Sprintf("%sthe loss does not depend on the parameters %s through differentiable ops (or a stop-gradient cuts them off), so their gradient would always be zero: freeze them with --frozen GLOB (config model.frozen), or train only what the loss reaches with --trainable GLOB", which, strings.Join(un, ", "))}
 	}
 	forward := len(g.Nodes)
 	grads, err := autodiff.Gradients(g, seed, trainable, "grad/")
@@ -481,8 +545,8 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	return g, nil
 }
 
-// evalGraph: forward with BatchNorm reading its running statistics, and the
-// loss; no gradients, no buffer updates.
+// evalGraph: forward with BatchNorm reading its running statistics and
+// Dropout in inference mode, and the loss; no gradients, no buffer updates.
 func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "eval"
@@ -493,6 +557,7 @@ func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 			n.Outputs = n.Outputs[:1]
 		}
 	}
+	g.DisableDropout()
 	if _, err := loss.Add(g, spec); err != nil {
 		return nil, err
 	}

@@ -105,6 +105,9 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "parameters: %d tensors, %d values; frozen %d; buffers %d\n", len(m.Params), r.ParamCount, len(m.Frozen), len(m.Buffers))
 	fmt.Fprintf(&b, "loss: %s (%s)  optimizer: %s lr %g\n", m.Loss, m.LossSpec.Kind, m.Optimizer.Kind, m.Optimizer.LR)
 	fmt.Fprintf(&b, "precision: %s; recompute: %s\n", m.Precision, cmp.Or(m.Recompute, "cheap"))
+	for _, w := range m.Warnings {
+		fmt.Fprintf(&b, "warning (at build): %s\n", w)
+	}
 	for _, g := range r.Graphs {
 		fmt.Fprintf(&b, "\n%s\n  inputs (%d):\n", g.File, len(g.Inputs))
 		for _, s := range g.Inputs {

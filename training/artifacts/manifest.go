@@ -161,6 +161,10 @@ type Manifest struct {
 	Classes int `json:"classes,omitempty"`
 	// Notes records assumptions the graphs bake in (fixed sizes...).
 	Notes []string `json:"notes,omitempty"`
+	// Warnings are what Build found suspicious in the model but trained
+	// anyway (initializers that look like buffers or folded constants);
+	// `artifacts build` and `artifacts inspect` print them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ParamCount is the number of trained scalars.

@@ -29,6 +29,11 @@ type trainer struct {
 }
 
 func newTrainer(t *testing.T, dir string) *trainer {
+	return newTrainerOpts(t, dir, ort.Options{})
+}
+
+// newTrainerOpts opens dir's sessions with opts.
+func newTrainerOpts(t *testing.T, dir string, opts ort.Options) *trainer {
 	orttest.Init(t)
 	m, err := artifacts.Load(dir)
 	if err != nil {
@@ -36,7 +41,7 @@ func newTrainer(t *testing.T, dir string) *trainer {
 	}
 	tr := &trainer{t: t, m: m, state: map[string]*ort.Value{}}
 	open := func(f string) *ort.Session {
-		s, err := ort.NewSession(filepath.Join(dir, f), ort.Options{})
+		s, err := ort.NewSession(filepath.Join(dir, f), opts)
 		if err != nil {
 			t.Fatalf("%s does not load on stock ONNX Runtime: %v", f, err)
 		}
@@ -365,18 +370,20 @@ func TestBuildRefusesSilentZeros(t *testing.T) {
 	orttest.Init(t)
 	unused := mlp(rand.New(rand.NewPCG(1, 1)))
 	unused.AddInitializer(graph.Float32s("spare.weight", []int64{3}, []float32{1, 2, 3}))
-	// An op without a rule (Mod) between fc2 and the output.
+	// An op without a rule (Compress) between fc2 and the loss the model
+	// computes.
 	norule := mlp(rand.New(rand.NewPCG(1, 1)))
 	b := graph.NewBuilder(norule, "")
-	out := norule.Outputs[0]
-	norule.Outputs[0] = b.Op("Mod", []string{b.Tanh(out), b.ScalarLike(out, 0.7)}, graph.AInt("fmod", 1))
+	kept := b.Op("Compress", []string{b.Tanh(norule.Outputs[0]), boolConst(b, true, false, true)}, graph.AInt("axis", 1))
+	b.OpInto("total", "ReduceSum", []string{b.Cast(kept, ort.Float32)}, graph.AInt("keepdims", 0))
+	norule.Outputs = []string{"total"}
 	for _, c := range []struct {
-		name string
-		g    *graph.Graph
-		want []string
-	}{{"unused parameter", unused, []string{"spare.weight", "--frozen"}}, {"op without a rule", norule, []string{"Mod", "--stop-gradient"}}} {
+		name, loss string
+		g          *graph.Graph
+		want       []string
+	}{{"unused parameter", "mse", unused, []string{"spare.weight", "--frozen"}}, {"op without a rule", "total", norule, []string{"Compress", "--stop-gradient"}}} {
 		out := filepath.Join(t.TempDir(), "art")
-		_, err := artifacts.Build(artifacts.Options{Graph: c.g, Out: out, Loss: "mse"})
+		_, err := artifacts.Build(artifacts.Options{Graph: c.g, Out: out, Loss: c.loss})
 		if bi, ok := err.(interface{ BadInput() bool }); !ok || !bi.BadInput() {
 			t.Errorf("%s: err = %v, want a bad-input refusal", c.name, err)
 			continue

@@ -109,6 +109,11 @@ type LossError struct {
 }
 
 func (e *LossError) Error() string {
+	if !e.Info.Known && (e.Info.Float() || e.Info.DType == 0) {
+		return fmt.Sprintf("autodiff: the loss %q must be a floating scalar (one element), and ortrain cannot tell its shape: "+
+			"the ops before it give a result whose rank or size depends on the data (NonMaxSuppression, NonZero...) or that shape inference does not follow; "+
+			"make it a scalar in the model (a Reshape to shape [], or ReduceSum/ReduceMean over all axes with keepdims=0) or pick another output", e.Name)
+	}
 	return fmt.Sprintf("autodiff: the loss %q must be a floating scalar (one element), it is %v; reduce it (e.g. ReduceMean) or pick another output", e.Name, e.Info)
 }
 

@@ -144,9 +144,16 @@ func TestBadInputErrors(t *testing.T) {
 		want []string
 	}{
 		{"op without rule names op and node", func(b *graph.Builder) string {
-			return b.ReduceSum(b.Op("Mod", []string{"w", "w"}, ai("fmod", 1)), false)
-		}, []string{"Mod", "Mod", "--frozen", "w"}},
+			return b.ReduceSum(b.Op("Det", []string{"w"}), false)
+		}, []string{"Det", "--frozen", "w"}},
+		{"float Mod without fmod=1", func(b *graph.Builder) string {
+			return b.ReduceSum(b.Op("Mod", []string{"w", "w"}), false)
+		}, []string{"Mod", "fmod=1"}},
 		{"non-scalar loss", func(b *graph.Builder) string { return b.Mul("w", "w") }, []string{"scalar", "float64[2,3]"}},
+		{"loss of unknown shape", func(b *graph.Builder) string {
+			b.G.AddInput("dims", graph.Info{DType: ort.Int64, Known: true, Shape: []int64{-1}})
+			return b.Reshape("w", "dims")
+		}, []string{"cannot tell its shape", "Reshape to shape []", "keepdims=0"}},
 		{"integer loss", func(b *graph.Builder) string {
 			return b.ReduceSum(b.Op("ArgMax", []string{"w"}, ai("axis", 1), ai("keepdims", 0)), false)
 		}, []string{"scalar"}},

@@ -72,6 +72,7 @@ var rules = map[string]Rule{
 		da := b.Mul(dy, b.Mul(e, b.Pow(a, b.Sub(e, b.ScalarLike(a, 1)))))
 		return da, b.Mul(dy, b.Mul(y(n), b.Log(a)))
 	}),
+	"Mod": modGrad,
 	"Sum": func(b *B, n *N, dy []string, need []bool) []string {
 		dx := make([]string, len(n.Inputs))
 		for i, in := range n.Inputs {
@@ -158,6 +159,31 @@ func binary(f func(b *B, n *N, dy string) (string, string)) Rule {
 		}
 		return dx
 	}
+}
+
+// modGrad differentiates Mod with fmod=1, C's fmod and the only form ONNX
+// allows on floats (torch.fmod): Y = A - trunc(A/B)·B, so dY/dA = 1 and
+// dY/dB = -trunc(A/B), taken as Round((A - Y)/B) so that the quotient is
+// the one the forward truncated to. Integer Mod carries no gradient (its
+// output is an integer).
+func modGrad(b *B, n *N, dy []string, need []bool) []string {
+	dx := make([]string, len(n.Inputs))
+	if dy[0] == "" {
+		return dx
+	}
+	if n.Int("fmod", 0) != 1 {
+		b.Fail("Mod on floats must have fmod=1 (ONNX allows no other)")
+		return dx
+	}
+	a, d := n.Inputs[0], n.Inputs[1]
+	if need[0] {
+		dx[0] = b.ReduceSumTo(dy[0], a)
+	}
+	if need[1] {
+		q := b.Op("Round", []string{b.Div(b.Sub(a, y(n)), d)})
+		dx[1] = b.ReduceSumTo(b.Neg(b.Mul(dy[0], q)), d)
+	}
+	return dx
 }
 
 // reduceGrad spreads dy back over the reduced axes (dividing by their size

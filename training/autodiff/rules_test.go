@@ -44,6 +44,10 @@ var ruleCases = []fdCase{
 	{name: "Pow/const-square", dtype: f64, ins: ins(normal, s(2, 3)), build: func(b *graph.Builder, x []string) string {
 		return b.Pow(x[0], b.Scalar(f64, 2))
 	}},
+	// fmod: quotients up to 25 cross several integers; the draws keep A/B
+	// away from them (where Y jumps), as for the other kinks.
+	{name: "Mod/fmod", dtype: f64, ins: []in{{shape: s(2, 3), g: wide}, {shape: s(2, 3), g: positive}}, build: op("Mod", ai("fmod", 1))},
+	{name: "Mod/fmod-broadcast-negative", dtype: f64, ins: []in{{shape: s(3, 4), g: wide}, {shape: s(4), g: away}}, build: op("Mod", ai("fmod", 1))},
 	{name: "Sum/three", dtype: f64, ins: ins(normal, s(2, 3), s(3), s(2, 1)), build: op("Sum")},
 
 	{name: "MatMul/2d", dtype: f64, ins: ins(normal, s(3, 4), s(4, 5)), build: op("MatMul")},

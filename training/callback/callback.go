@@ -75,16 +75,32 @@ type Stateful interface {
 }
 
 // List calls its callbacks in order; it stops at the first error, which it
-// returns naming the callback's type.
+// returns saying what the callback was doing.
 type List []Callback
 
 func (l List) each(f func(Callback) error) error {
 	for _, c := range l {
 		if err := f(c); err != nil {
-			return fmt.Errorf("callback %T: %w", c, err)
+			return fmt.Errorf("%s: %w", doing(c), err)
 		}
 	}
 	return nil
+}
+
+// doing says what a callback was doing when it failed, in the user's
+// words (not Go's type names).
+func doing(c Callback) string {
+	switch c.(type) {
+	case *Checkpointer:
+		return "saving a checkpoint"
+	case *LogMetrics:
+		return "logging metrics"
+	case *EarlyStopping:
+		return "early stopping"
+	case *Progress:
+		return "printing progress"
+	}
+	return fmt.Sprintf("callback %T", c)
 }
 
 // OnTrainStart calls OnTrainStart of each callback.
@@ -108,7 +124,7 @@ func (l List) OnTrainEnd(s *State) error {
 	var errs []error
 	for _, c := range l {
 		if err := c.OnTrainEnd(s); err != nil {
-			errs = append(errs, fmt.Errorf("callback %T: %w", c, err))
+			errs = append(errs, fmt.Errorf("%s: %w", doing(c), err))
 		}
 	}
 	return errors.Join(errs...)

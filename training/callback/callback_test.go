@@ -123,6 +123,41 @@ func TestLogMetrics(t *testing.T) {
 	}
 }
 
+// TestLogMetricsOverflowSkips: float16 steps skipped for overflow have a
+// finite loss, which is logged as Lightning logs every step's (a curve
+// from step 1, not from the first applied step); a non-finite loss stays
+// out of the mean.
+func TestLogMetricsOverflowSkips(t *testing.T) {
+	l := &memLogger{}
+	cb := NewLogMetrics(l, 1)
+	s := &State{}
+	scaled := func(loss float64, skipped bool) StepResult {
+		return StepResult{Loss: loss, GradNorm: math.NaN(), Skipped: skipped, Duration: time.Second, Metrics: map[string]float64{"train/loss_scale": 65536},
+			TermNames: []string{"kl"}, Terms: []float64{loss / 2}}
+	}
+	for i, r := range []StepResult{scaled(0.25, true), scaled(0.5, true), scaled(math.Inf(1), true), scaled(0.125, false)} {
+		s.Step = int64(i + 1)
+		if err := cb.OnStepEnd(s, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []float64{0.25, 0.5, math.NaN(), 0.125} {
+		got, ok := l.rows[i]["train/loss"]
+		if math.IsNaN(want) {
+			if ok {
+				t.Errorf("step %d (loss +Inf): train/loss %v logged", i+1, got)
+			}
+			continue
+		}
+		if !ok || got != want || l.rows[i]["train/kl"] != want/2 {
+			t.Errorf("step %d: train/loss %v (present %v), train/kl %v; want %v, %v", i+1, got, ok, l.rows[i]["train/kl"], want, want/2)
+		}
+	}
+	if got := l.rows[3]["train/skipped_steps"]; got != 3 {
+		t.Errorf("train/skipped_steps %v, want 3", got)
+	}
+}
+
 // fakeClock advances by a fixed amount per call.
 type fakeClock struct {
 	t    time.Time
@@ -249,5 +284,29 @@ func TestCheckpointer(t *testing.T) {
 	var st earlyStoppingState
 	if err := json.Unmarshal(c.State.Callbacks["early_stopping"], &st); err != nil || st.Best != 0.1 {
 		t.Errorf("early stopping state %s (%v)", c.State.Callbacks["early_stopping"], err)
+	}
+}
+
+// failingSnapshot cannot snapshot the training state.
+type failingSnapshot struct{}
+
+func (failingSnapshot) Snapshot(*State) (*checkpoint.State, []checkpoint.Tensor, error) {
+	return nil, nil, fmt.Errorf("no space left on device")
+}
+
+// TestErrorsSayWhatFailed: a callback's error says what it was doing, in
+// words, not Go's type names.
+func TestErrorsSayWhatFailed(t *testing.T) {
+	m, err := checkpoint.NewManager(filepath.Join(t.TempDir(), "checkpoints"), 1, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := List{NewCheckpointer(m, failingSnapshot{}, 1, "")}
+	err = list.OnStepEnd(&State{Step: 1}, StepResult{})
+	if err == nil || err.Error() != "saving a checkpoint: no space left on device" {
+		t.Errorf("a failed checkpoint: %v", err)
+	}
+	if err := list.OnTrainEnd(&State{Step: 2}); err == nil || strings.Contains(err.Error(), "*callback.") {
+		t.Errorf("a failed final checkpoint: %v", err)
 	}
 }

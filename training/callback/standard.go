@@ -205,7 +205,8 @@ type MetricSource interface {
 // LogMetrics writes training rows every N steps and validation results to a
 // logger. A training row holds train/loss and train/<term> for the
 // model's other scalar outputs (means over the steps since the last row,
-// skipped steps excluded), lr, grad_norm, epoch,
+// steps whose loss is not finite excluded; a step skipped with a finite
+// loss, as float16 overflow skips, counts), lr, grad_norm, epoch,
 // throughput/samples_per_s (and tokens_per_s without padding,
 // padded_tokens_per_s with it), time/data_wait_frac, time/step_ms (a
 // step's mean wall time) and time/host_ms (its part outside ONNX
@@ -240,7 +241,11 @@ func (m *LogMetrics) OnTrainStart(*State) error { return nil }
 func (m *LogMetrics) OnStepEnd(s *State, r StepResult) error {
 	if r.Skipped {
 		m.skipped++
-	} else {
+	}
+	// A skipped step's loss is logged when it is finite, as Lightning logs
+	// every step's: float16 overflow skips the update of a step whose loss
+	// was fine. A non-finite loss would poison the mean.
+	if !math.IsNaN(r.Loss) && !math.IsInf(r.Loss, 0) {
 		m.lossSum += r.Loss
 		m.lossN++
 		if len(m.termSums) != len(r.Terms) {

@@ -468,3 +468,115 @@ func BenchmarkSave(b *testing.B) {
 		}
 	}
 }
+
+// TestCopiedWithoutLinks: a run folder copied without its symbolic links
+// (cp -rL, scp -r, zip) has real directories named last and best. They
+// are not counted as more checkpoints, and the next save replaces them by
+// links without an error; one that is the only copy of its checkpoint
+// keeps its contents under a step name.
+func TestCopiedWithoutLinks(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	src := t.TempDir()
+	m, err := NewManager(src, 2, "val/loss", "min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []float64{3, 1, 2} {
+		if _, err := m.Save(&State{Step: int64(i + 1), Score: f(s)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := filepath.Join(t.TempDir(), "checkpoints")
+	if out, err := exec.Command("cp", "-rL", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp -rL: %v: %s", err, out)
+	}
+	for _, l := range []string{LastLink, BestLink} {
+		if st, err := os.Lstat(filepath.Join(dst, l)); err != nil || !st.IsDir() {
+			t.Fatalf("the copy's %s is not a directory: %v", l, err)
+		}
+	}
+	if got, err := Latest(dst); err != nil || filepath.Base(got) != "step-000000003" {
+		t.Errorf("Latest of the copy = %s, %v; want step-000000003", got, err)
+	}
+	m, err = NewManager(dst, 2, "val/loss", "min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.Entries()); n != 2 {
+		t.Errorf("the copy holds %d checkpoints by the manager's count, want 2", n)
+	}
+	if _, err := m.Save(&State{Step: 4, Score: f(0.5)}, nil); err != nil {
+		t.Fatalf("save in the copy: %v", err)
+	}
+	for l, want := range map[string]string{LastLink: "step-000000004", BestLink: "step-000000004"} {
+		if target, err := os.Readlink(filepath.Join(dst, l)); err != nil || target != want {
+			t.Errorf("%s -> %q, %v; want a link to %s", l, target, err, want)
+		}
+	}
+	des, _ := os.ReadDir(dst)
+	var names []string
+	for _, de := range des {
+		names = append(names, de.Name())
+	}
+	if want := []string{BestLink, LastLink, "step-000000002", "step-000000004"}; !slices.Equal(names, want) {
+		t.Errorf("the copy holds %v, want %v", names, want)
+	}
+
+	// A last directory that is the only copy of its checkpoint.
+	only := filepath.Join(t.TempDir(), "checkpoints")
+	if err := Save(filepath.Join(only, LastLink), &State{Step: 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err = NewManager(only, -1, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.Entries()); n != 1 {
+		t.Errorf("a last directory that is no copy: %d checkpoints, want 1", n)
+	}
+	m.Resume(7)
+	if _, err := m.Save(&State{Step: 8}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if target, _ := os.Readlink(filepath.Join(only, LastLink)); target != "step-000000008" {
+		t.Errorf("last -> %q, want step-000000008", target)
+	}
+	if st, err := ReadState(filepath.Join(only, "step-000000007")); err != nil || st.Step != 7 {
+		t.Errorf("the checkpoint that was only in last: %v", err)
+	}
+}
+
+// TestLatestAfterKillBeforeLink: a process killed between a save and the
+// update of "last" leaves "last" at the one before; Latest takes the newer
+// whole checkpoint, and still follows "last" to a resumed branch's newest
+// over an abandoned branch's later steps.
+func TestLatestAfterKillBeforeLink(t *testing.T) {
+	dir := t.TempDir()
+	m, err := NewManager(dir, -1, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Save(&State{Step: 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ten := filepath.Join(dir, "step-000000010")
+	if err := Save(ten, &State{Step: 10}, nil); err != nil { // saved, not linked
+		t.Fatal(err)
+	}
+	if got, err := Latest(dir); err != nil || got != ten {
+		t.Errorf("Latest = %s, %v; want %s", got, err, ten)
+	}
+	// A branch resumed from step 5 whose newest is step 8: last.
+	m, err = NewManager(dir, -1, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Resume(5)
+	eight, err := m.Save(&State{Step: 8}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Latest(dir); err != nil || got != eight {
+		t.Errorf("after a branch, Latest = %s, %v; want %s", got, err, eight)
+	}
+}

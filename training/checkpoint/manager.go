@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -35,7 +36,10 @@ type Entry struct {
 
 // scan lists the whole checkpoints in dir: subdirectories whose state.json
 // reads and whose tensor file has a consistent header and size. Temporary
-// and trash directories, the last link and anything else are skipped.
+// and trash directories, the last and best links and anything else are
+// skipped; so is a real directory named last or best that is a copy of a
+// checkpoint there (a run folder copied without its links: cp -rL, scp -r,
+// zip), while one that is no copy is a checkpoint like the others.
 func scan(dir string) ([]Entry, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -44,7 +48,7 @@ func scan(dir string) ([]Entry, error) {
 		}
 		return nil, err
 	}
-	var out []Entry
+	var out, links []Entry
 	for _, de := range des {
 		name := de.Name()
 		if !de.IsDir() || strings.HasPrefix(name, ".") {
@@ -60,11 +64,24 @@ func scan(dir string) ([]Entry, error) {
 			continue
 		}
 		sf.Close()
-		out = append(out, Entry{Dir: p, Step: st.Step, Score: st.Score, Time: st.Time})
+		e := Entry{Dir: p, Step: st.Step, Score: st.Score, Time: st.Time}
+		if name == LastLink || name == BestLink {
+			links = append(links, e)
+			continue
+		}
+		out = append(out, e)
+	}
+	for _, l := range links {
+		if !slices.ContainsFunc(out, func(e Entry) bool { return sameSave(e, l) }) {
+			out = append(out, l)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return newer(out[j], out[i]) })
 	return out, nil
 }
+
+// sameSave reports whether two entries are copies of one save.
+func sameSave(a, b Entry) bool { return a.Step == b.Step && a.Time.Equal(b.Time) }
 
 // newer orders checkpoints by step, then by save time.
 func newer(a, b Entry) bool {
@@ -77,9 +94,11 @@ func newer(a, b Entry) bool {
 // Latest returns the checkpoint "last" points at in dir (a run's
 // checkpoints directory) when it is whole, else the newest whole one, or
 // ErrNone. After a resume from an older checkpoint "last" is the resumed
-// branch's newest, not the abandoned branch's. Directories left by an
-// interrupted save or delete are ignored; Manager removes them when it
-// takes over the directory.
+// branch's newest, not the abandoned branch's. A whole checkpoint of a
+// later step saved after the one "last" points at is taken instead: a
+// process killed between a save and the link's update left it so.
+// Directories left by an interrupted save or delete are ignored; Manager
+// removes them when it takes over the directory.
 func Latest(dir string) (string, error) {
 	es, err := scan(dir)
 	if err != nil {
@@ -89,10 +108,14 @@ func Latest(dir string) (string, error) {
 		return "", fmt.Errorf("%s: %w", dir, ErrNone)
 	}
 	if target, err := os.Readlink(filepath.Join(dir, LastLink)); err == nil {
-		for _, e := range es {
-			if filepath.Base(e.Dir) == filepath.Base(target) {
-				return e.Dir, nil
+		if i := slices.IndexFunc(es, func(e Entry) bool { return filepath.Base(e.Dir) == filepath.Base(target) }); i >= 0 {
+			last := es[i]
+			for _, e := range es {
+				if e.Step > es[i].Step && e.Time.After(last.Time) {
+					last = e
+				}
 			}
+			return last.Dir, nil
 		}
 	}
 	return es[len(es)-1].Dir, nil
@@ -209,14 +232,7 @@ func (m *Manager) Entries() []Entry { return append([]Entry(nil), m.entries...) 
 // step was saved before), points "last" at it and then deletes those that
 // fell out of the top K. It returns the new checkpoint's directory.
 func (m *Manager) Save(st *State, tensors []Tensor) (string, error) {
-	name := fmt.Sprintf("step-%09d", st.Step)
-	path := filepath.Join(m.dir, name)
-	for i := 2; ; i++ {
-		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		path = filepath.Join(m.dir, fmt.Sprintf("%s-%d", name, i))
-	}
+	path := m.freeName(fmt.Sprintf("step-%09d", st.Step))
 	if st.Score != nil {
 		st.Monitor, st.Mode = m.monitor, m.mode
 	}
@@ -246,17 +262,86 @@ func (m *Manager) linkBest() error {
 }
 
 // link points the symlink link ("last", "best") at name by renaming a new
-// symlink over it, so the link always exists once it first did.
+// symlink over it, so the link always exists once it first did. A real
+// directory in the link's place (a run folder copied without its links)
+// is replaced too: when it is a copy of a checkpoint kept under its own
+// name, it is renamed aside and removed once the link is in; else it is
+// renamed to a step name of its own, and nothing is lost.
 func (m *Manager) link(link, name string) error {
+	path := filepath.Join(m.dir, link)
+	aside := ""
+	if st, err := os.Lstat(path); err == nil && st.IsDir() {
+		if m.isCopy(path) {
+			aside = filepath.Join(m.dir, trashPrefix+link+"-"+randomSuffix())
+			if err := os.Rename(path, aside); err != nil {
+				return err
+			}
+		} else {
+			// No copy (or not whole): it keeps its contents under a
+			// name of its own.
+			keep := link + "-kept"
+			if st, err := readState(path); err == nil {
+				keep = fmt.Sprintf("step-%09d", st.Step)
+			}
+			to := m.freeName(keep)
+			if err := os.Rename(path, to); err != nil {
+				return err
+			}
+			for i := range m.entries {
+				if m.entries[i].Dir == path {
+					m.entries[i].Dir = to
+				}
+			}
+			if name == link {
+				name = filepath.Base(to)
+			}
+		}
+	}
 	tmp := filepath.Join(m.dir, tmpPrefix+link+"-"+randomSuffix())
 	if err := os.Symlink(name, tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(m.dir, link)); err != nil {
+	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
+		if aside != "" {
+			os.Rename(aside, path)
+		}
 		return err
 	}
-	return syncDir(m.dir)
+	if err := syncDir(m.dir); err != nil {
+		return err
+	}
+	if aside != "" {
+		return os.RemoveAll(aside)
+	}
+	return nil
+}
+
+// isCopy reports whether the directory path is a whole copy of another
+// checkpoint in m.dir, saved at the same step and time.
+func (m *Manager) isCopy(path string) bool {
+	st, err := readState(path)
+	if err != nil {
+		return false
+	}
+	es, err := scan(m.dir)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(es, func(e Entry) bool {
+		return e.Dir != path && e.Step == st.Step && e.Time.Equal(st.Time)
+	})
+}
+
+// freeName is m.dir/name, or with the first free suffix -2, -3, ...
+func (m *Manager) freeName(name string) string {
+	path := filepath.Join(m.dir, name)
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return path
+		}
+		path = filepath.Join(m.dir, fmt.Sprintf("%s-%d", name, i))
+	}
 }
 
 // better reports whether score a ranks above score b; a missing or NaN

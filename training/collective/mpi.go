@@ -104,6 +104,7 @@ func Available() (path string, err error) {
 type Comm struct {
 	mu         sync.Mutex
 	rank, size int
+	watch      watch // the collective in flight, for Watch
 }
 
 var (
@@ -149,6 +150,8 @@ func (c *Comm) Size() int { return c.size }
 func (c *Comm) SumFloat32(buf []float32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.watch.begin(opSumFloat32, len(buf))
+	defer c.watch.end()
 	for len(buf) > 0 {
 		n := min(len(buf), math.MaxInt32)
 		if rc := C.ortrain_mpi_sum_float((*C.float)(unsafe.Pointer(&buf[0])), C.int(n)); rc != 0 {
@@ -166,6 +169,8 @@ func (c *Comm) SumFloat64(vals []float64) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.watch.begin(opSumFloat64, len(vals))
+	defer c.watch.end()
 	if rc := C.ortrain_mpi_sum_double((*C.double)(unsafe.Pointer(&vals[0])), C.int(len(vals))); rc != 0 {
 		return &Error{fmt.Sprintf("MPI_Allreduce of %d doubles failed on rank %d (%d)", len(vals), c.rank, int(rc))}
 	}
@@ -180,6 +185,8 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.watch.begin(opBroadcast, len(buf))
+	defer c.watch.end()
 	if rc := C.ortrain_mpi_bcast(unsafe.Pointer(&buf[0]), C.int(len(buf)), C.int(root)); rc != 0 {
 		return &Error{fmt.Sprintf("MPI_Bcast of %d bytes from rank %d failed on rank %d (%d)", len(buf), root, c.rank, int(rc))}
 	}

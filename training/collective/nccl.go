@@ -374,6 +374,8 @@ func (d *DeviceComm) Sum(bufs []DeviceBuffer) error {
 	if len(d.bufs) == 0 {
 		return nil
 	}
+	d.world.watch.begin(opNCCLSum, len(d.bufs))
+	defer d.world.watch.end()
 	var cudaRC C.int
 	rc := C.ortrain_nccl_sum(C.int(d.device), d.comm, d.stream, &d.bufs[0], &d.counts[0], &d.types[0], C.int(len(d.bufs)), &cudaRC)
 	if cudaRC != 0 {

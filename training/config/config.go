@@ -53,9 +53,10 @@ type Model struct {
 	Recipe string `toml:"recipe"`
 	// Params is a free-form table passed to the recipe ([model.params]).
 	Params map[string]any `toml:"params"`
-	// Loss is the model's scalar output that is minimised, or for
-	// model.onnx a built-in loss added to its first output (loss.Kinds:
-	// mse, l1, cross_entropy, bce_with_logits). Default "loss".
+	// Loss is the model's scalar output that is minimised (NAME or
+	// output:NAME), or for model.onnx a built-in loss (loss.Kinds: mse, l1,
+	// cross_entropy, bce_with_logits) added to its first output, or to
+	// another as KIND:OUTPUT (cross_entropy:logits). Default "loss".
 	Loss string `toml:"loss"`
 	// LabelSmoothing mixes cross-entropy's one-hot targets with the
 	// uniform distribution, as PyTorch's label_smoothing (model.onnx with
@@ -100,17 +101,21 @@ const (
 	KindTokens    = "tokens"    // GSM8K-style text as GPT-2 tokens (training/data/tokens)
 	KindImages    = "images"    // an image folder (training/data/images)
 	KindSynthetic = "synthetic" // random tensors shaped as the model's inputs
+	KindArrays    = "arrays"    // NumPy arrays, one per model input (training/data/arrays)
 )
 
 // DataKinds lists the data kinds, for validation and help.
-var DataKinds = []string{KindVolumes, KindTokens, KindImages, KindSynthetic}
+var DataKinds = []string{KindVolumes, KindTokens, KindImages, KindSynthetic, KindArrays}
 
 // Data configures the data loaders ([data]).
 type Data struct {
-	// Kind is volumes, tokens, images or synthetic. Required.
+	// Kind is volumes, tokens, images, synthetic or arrays. Required.
 	Kind string `toml:"kind"`
 	// Train is the training data path (file, directory or glob). Required
-	// unless kind = "synthetic".
+	// unless kind = "synthetic". For kind = "arrays", a folder of .npy
+	// files, one per model input and named after it (x.npy, target.npy),
+	// or an .npz archive of them; the first axis of each counts the
+	// samples.
 	Train string `toml:"train"`
 	// Feeds names, by the model's input, the loader's tensor that feeds it
 	// where the names differ ([data.feeds] images = "image"). Inputs named
@@ -118,7 +123,8 @@ type Data struct {
 	// fed by the loader's labels.
 	Feeds map[string]string `toml:"feeds,omitempty"`
 	// Val is the validation data path; empty means no validation unless the
-	// loader splits Train (see volumes.train_split).
+	// loader splits Train (see volumes.train_split; the other kinds do
+	// not split).
 	Val string `toml:"val"`
 	// BatchSize is the number of samples per forward pass. Default 1.
 	BatchSize int `toml:"batch_size"`

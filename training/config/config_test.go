@@ -113,6 +113,13 @@ func TestResolveErrors(t *testing.T) {
 		{"auto-augment of volumes", []string{"data.kind=volumes", "data.train=/x", "data.volumes.patch_size=[8,8,8]", `data.images.auto_augment="trivialaugment"`}, []string{"data.images.auto_augment", "volumes"}},
 		{"randaugment ops for tokens", []string{"data.kind=tokens", "data.train=/x", "data.tokens.seq_len=64", "data.tokens.block_size=16", "data.images.randaugment_n=3"}, []string{"data.images.randaugment_n", "tokens"}},
 		{"unknown recompute", []string{`model.recompute="layers"`}, []string{"model.recompute", "layers", "blocks"}},
+		{"loss scale beyond float32", []string{`trainer.precision="16-mixed"`, "trainer.loss_scale_init=1e39"}, []string{"trainer.loss_scale_init", "float32"}},
+		{"betas with sgd", []string{"optimizer.name=sgd", "optimizer.betas=[0.5,0.5]"}, []string{"optimizer.betas", "sgd"}},
+		{"eps with sgd", []string{"optimizer.name=sgd", "optimizer.eps=0.5"}, []string{"optimizer.eps", "sgd"}},
+		{"base batch without scaling", []string{"trainer.base_batch_size=8"}, []string{"trainer.base_batch_size", `lr_scaling = "none"`}},
+		{"min_lr of a constant schedule", []string{"scheduler.min_lr=1e-4"}, []string{"scheduler.min_lr", "constant"}},
+		{"tf32 without tf32", []string{`trainer.precision="tf32"`, "runtime.use_tf32=false"}, []string{"runtime.use_tf32", "tf32"}},
+		{"zero devices", []string{"trainer.devices=0"}, []string{"trainer.devices", "≥ 1"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,6 +180,11 @@ func TestOverride(t *testing.T) {
 		{`optimizer.betas="(0.9,0.95)"`, "--set optimizer.betas: a string where a list is wanted (write [0.9, 0.95]"},
 		{"trainer.max_steps=1e3", "--set trainer.max_steps: a float where an integer is wanted"},
 		{`trainer.max_time="00:12:00:00"`, "--set trainer.max_time: not built: a time limit"},
+		{"trainer.devices=[0,1]", "--set trainer.devices: a list of GPU indices, as Lightning's devices = [0, 1]: ortrain takes the number of devices per node"},
+		{`trainer.devices="auto"`, `--set trainer.devices: Lightning's "auto" (or another string): ortrain takes the number of devices per node`},
+		{"trainer.max_steps=[1]", "--set trainer.max_steps: a list where an integer is wanted"},
+		{`trainer.precision="fp8"`, `--set trainer.precision: precision "fp8"`},
+		{`trainer.precision=[16]`, `--set trainer.precision: precision must be a string like "bf16-mixed", not a list`},
 		{"trainer.max_steps", "want key.sub=value"},
 		{"trainer..x=1", "want key.sub=value"},
 	} {
@@ -287,6 +299,42 @@ func TestEncodeRoundTrip(t *testing.T) {
 		h, _ := e.Hash()
 		if (h != h1) != tc.changes {
 			t.Errorf("--set %s: hash changed = %v, want %v", tc.set, h != h1, tc.changes)
+		}
+	}
+}
+
+// TestSavedConfigLoads: a run's config.toml writes every key, those that
+// do not apply included (an sgd run's betas and eps, a constant
+// schedule's min_lr, base_batch_size without scaling, an unset
+// loss_scale_init as older versions wrote it); it reads back and resolves.
+func TestSavedConfigLoads(t *testing.T) {
+	for _, sets := range [][]string{
+		{"optimizer.name=sgd", "optimizer.momentum=0.9"},
+		{`trainer.precision="tf32"`},
+		{`trainer.precision="16-mixed"`},
+		{"trainer.lr_scaling=linear", "trainer.base_batch_size=4", "trainer.devices=2"},
+	} {
+		c := mustParse(t, minimal)
+		if err := c.Override(sets...); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Resolve(); err != nil {
+			t.Fatalf("%v: %v", sets, err)
+		}
+		text, err := c.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		text = append(text, "\n"...)
+		d, err := Parse(text, "config.toml")
+		if err == nil {
+			err = d.Merge([]byte("[trainer]\nloss_scale_init = 0.0\n"), "older config.toml")
+		}
+		if err == nil {
+			err = d.Resolve()
+		}
+		if err != nil {
+			t.Errorf("%v: the saved configuration does not load: %v\n%s", sets, err, text)
 		}
 	}
 }

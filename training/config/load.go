@@ -176,19 +176,42 @@ func (c *Config) decode(doc, source string) error {
 var decodeErr = regexp.MustCompile(`^toml: (?:line (\d+) )?(?:\(last key "([^"]*)"\): )?(.*)$`)
 
 func tomlError(err error, source string) error {
+	// --set makes a one-line document: its line number says nothing.
+	oneLine := strings.HasPrefix(source, "--set ")
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
-		return &Error{Source: source, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+		line := pe.Position.Line
+		if oneLine {
+			line = 0
+		}
+		return &Error{Source: source, Line: line, Key: pe.LastKey, Msg: pe.Message}
 	}
 	m := decodeErr.FindStringSubmatch(err.Error())
 	if m == nil {
 		return &Error{Source: source, Msg: err.Error()}
 	}
 	line, _ := strconv.Atoi(m[1])
-	if strings.HasPrefix(source, "--set ") {
-		line = 0 // the line of the one-line document --set makes
+	if oneLine {
+		line = 0
 	}
-	return &Error{Source: source, Line: line, Key: m[2], Msg: plainTypes(m[3])}
+	msg := plainTypes(m[3])
+	if why, ok := lightningValues[m[2]]; ok && typeMismatch.MatchString(m[3]) {
+		msg = why(typeMismatch.FindStringSubmatch(m[3])[1])
+	}
+	return &Error{Source: source, Line: line, Key: m[2], Msg: msg}
+}
+
+// lightningValues explain, by key, a value of Lightning's that ortrain
+// reads otherwise (given the TOML type of the value written).
+var lightningValues = map[string]func(got string) string{
+	"trainer.devices": func(got string) string {
+		what := "Lightning's \"auto\" (or another string)"
+		if got != "string" {
+			what = "a list of GPU indices, as Lightning's devices = [0, 1]"
+		}
+		return what + ": ortrain takes the number of devices per node, an integer (trainer.devices = 2; leave the key out for one process); " +
+			"each rank trains on the GPU of its local rank, so choose the GPUs with CUDA_VISIBLE_DEVICES=0,1"
+	},
 }
 
 // typeMismatch is how the TOML decoder words a value of the wrong type.
@@ -198,7 +221,15 @@ var typeMismatch = regexp.MustCompile(`^incompatible types: TOML value has type 
 // knows them.
 var typeWords = map[string]string{
 	"string": "a string", "float64": "a float", "float": "a float", "int64": "an integer", "integer": "an integer",
-	"bool": "a boolean", "slice": "a list", "[]interface {}": "a list", "map": "a table", "map[string]interface {}": "a table",
+	"bool": "a boolean", "slice": "a list", "[]interface {}": "a list", "[]any": "a list", "map": "a table", "map[string]interface {}": "a table",
+	"map[string]any": "a table", "time.Time": "a date", "datetime": "a date",
+}
+
+// valueWords names the type of a decoded TOML value as typeWords does, for
+// the messages of UnmarshalTOML methods.
+func valueWords(v any) string {
+	t := fmt.Sprintf("%T", v)
+	return cmp.Or(typeWords[t], t)
 }
 
 // plainTypes rewords a type mismatch: "a string where a list is wanted
@@ -370,6 +401,16 @@ func Diff(a, b *Config) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Value is the value of a dotted key as Encode writes it (nil when c
+// writes none), for messages about a key Diff names.
+func (c *Config) Value(key string) any {
+	f, err := c.flat()
+	if err != nil {
+		return nil
+	}
+	return f[key]
 }
 
 // flat encodes c and reads it back as dotted key → TOML value, so

@@ -54,7 +54,7 @@ func (c *Config) Resolve() error {
 		switch {
 		case m.LabelSmoothing < 0 || m.LabelSmoothing >= 1:
 			bad("model.label_smoothing", "must be in [0, 1), not %g", m.LabelSmoothing)
-		case m.ONNX == "" || m.Loss != loss.CrossEntropy:
+		case m.ONNX == "" || lossKind(m.Loss) != loss.CrossEntropy:
 			bad("model.label_smoothing", "applies to model.onnx trained with loss = \"cross_entropy\" (recipes set their own; prebuilt artifacts have theirs baked in)")
 		}
 	}
@@ -211,8 +211,14 @@ func (c *Config) Resolve() error {
 	if t.LRScaling != "none" && t.BaseBatchSize == 0 {
 		bad("trainer.base_batch_size", "trainer.lr_scaling = %q needs the batch size the LR was tuned at", t.LRScaling)
 	}
+	if t.LRScaling == "none" && t.BaseBatchSize > 0 {
+		bad("trainer.base_batch_size", "%d has no effect with trainer.lr_scaling = \"none\" (the LR stays optimizer.lr); set trainer.lr_scaling = \"linear\" or \"sqrt\" to scale it, or drop the key", t.BaseBatchSize)
+	}
 	if t.Precision == FP32 && c.Runtime.UseTF32 {
 		bad("runtime.use_tf32", "contradicts trainer.precision = \"32\" (strict fp32); use trainer.precision = \"tf32\"")
+	}
+	if t.Precision == TF32 && !c.Runtime.UseTF32 {
+		bad("runtime.use_tf32", "false contradicts trainer.precision = \"tf32\" (float32 with TF32 tensor cores); use trainer.precision = \"32\" for strict float32")
 	}
 	if c.Data.Tokens.AntitheticSampling && c.Data.Kind != KindTokens {
 		bad("data.tokens.antithetic_sampling", "draws the noise levels of token sequences: data.kind is %q", c.Data.Kind)
@@ -228,8 +234,11 @@ func (c *Config) Resolve() error {
 			bad("data.tokens.sampling_eps_min", "the noise range [%g, %g) must have 0 ≤ sampling_eps_min < sampling_eps_max ≤ 1", tk.SamplingEpsMin, tk.SamplingEpsMax)
 		}
 	}
-	if t.Devices < 0 {
-		bad("trainer.devices", "must be ≥ 1, not %d", t.Devices)
+	// Lightning refuses devices = 0. Unset means 1, and a saved
+	// config.toml writes the unset value as devices = 0, so only a 0 given
+	// on the command line is refused.
+	if t.Devices < 0 || (t.Devices == 0 && strings.HasPrefix(c.origin["trainer.devices"], "--set ")) {
+		bad("trainer.devices", "must be ≥ 1 (the number of processes per node), not %d", t.Devices)
 	}
 	if t.NumNodes < 0 {
 		bad("trainer.num_nodes", "must be ≥ 1, not %d", t.NumNodes)
@@ -245,6 +254,13 @@ func (c *Config) Resolve() error {
 		case v != 0 && t.Precision != FP16Mixed:
 			bad(key, "applies to trainer.precision = \"16-mixed\" only, not %q", t.Precision)
 		}
+	}
+	// The scale reaches the graphs as a float32: beyond its range it is
+	// infinite and every step would overflow.
+	// (0 stays "the default": configurations saved before the key was
+	// omitted when unset write loss_scale_init = 0.0.)
+	if ls := t.LossScaleInit; ls > math.MaxFloat32 {
+		bad("trainer.loss_scale_init", "%g is beyond float32's range (%g), where the scale is infinite and every step overflows; GradScaler's default is 65536 (2^16)", ls, math.MaxFloat32)
 	}
 
 	// [optimizer]
@@ -267,6 +283,16 @@ func (c *Config) Resolve() error {
 	}
 	if o.Name == "adamw" && (o.Momentum != 0 || o.Nesterov) {
 		bad("optimizer.momentum", "optimizer.momentum and optimizer.nesterov are for sgd; adamw uses optimizer.betas")
+	}
+	// Compared with the defaults, not "was it set": a saved config.toml
+	// writes every key, betas and eps of an sgd run included.
+	if def := Default().Optimizer; o.Name == "sgd" {
+		if !slices.Equal(o.Betas, def.Betas) {
+			bad("optimizer.betas", "%s: betas are Adam's; sgd has none (it uses optimizer.momentum): drop the key or use optimizer.name = \"adamw\"", strings.ReplaceAll(fmt.Sprint(o.Betas), " ", ", "))
+		}
+		if o.Eps != def.Eps {
+			bad("optimizer.eps", "%g: eps is Adam's; sgd has none: drop the key or use optimizer.name = \"adamw\"", o.Eps)
+		}
 	}
 	if o.Nesterov && o.Momentum == 0 {
 		bad("optimizer.nesterov", "needs optimizer.momentum > 0")
@@ -309,7 +335,7 @@ func (c *Config) Resolve() error {
 			bad("data.images.mixup_alpha", "MixUp and CutMix mix images: data.kind is %q", c.Data.Kind)
 		case c.Model.Artifacts != "":
 			bad("data.images.mixup_alpha", "needs a loss over class probabilities, which ortrain builds into the artifacts: use model.recipe or model.onnx, not prebuilt artifacts")
-		case c.Model.ONNX != "" && c.Model.Loss != loss.CrossEntropy:
+		case c.Model.ONNX != "" && lossKind(c.Model.Loss) != loss.CrossEntropy:
 			bad("data.images.mixup_alpha", "mixes the targets of a classifier: model.onnx needs loss = %q", loss.CrossEntropy)
 		}
 	}
@@ -334,6 +360,8 @@ func (c *Config) Resolve() error {
 	}
 	if s.MinLR < 0 || s.MinLR > o.LR {
 		bad("scheduler.min_lr", "must be in [0, optimizer.lr = %g], not %g", o.LR, s.MinLR)
+	} else if s.MinLR != 0 && s.Name == "constant" {
+		bad("scheduler.min_lr", "%g is where a decay ends; scheduler.name = \"constant\" does not decay: set scheduler.name = \"cosine\" or \"linear\", or drop the key", s.MinLR)
 	}
 
 	// [runtime]
@@ -409,3 +437,10 @@ func nonFinite(v reflect.Value, prefix string) []string {
 
 // AutoAugments are the values of data.images.auto_augment, "" (off) first.
 var AutoAugments = []string{"", "trivialaugment", "randaugment"}
+
+// lossKind is the built-in loss model.loss names (cross_entropy also as
+// cross_entropy:OUTPUT), or loss.Output for the model's own loss output.
+func lossKind(modelLoss string) string {
+	spec, _ := loss.Parse(loss.FlagFor(modelLoss))
+	return spec.Kind
+}

@@ -29,7 +29,7 @@ func (b *ByteSize) UnmarshalTOML(v any) error {
 		*b = n
 		return nil
 	}
-	return fmt.Errorf("byte size must be an integer or a string like \"8GiB\", not %T", v)
+	return fmt.Errorf("byte size must be an integer or a string like \"8GiB\", not %s", valueWords(v))
 }
 
 // MarshalTOML implements toml.Marshaler; sizes are written as plain integers
@@ -92,7 +92,7 @@ func (iv *Interval) UnmarshalTOML(v any) error {
 		*iv = Interval{Fraction: x}
 		return nil
 	}
-	return fmt.Errorf("interval must be a float fraction of an epoch or an integer number of steps, not %T", v)
+	return fmt.Errorf("interval must be a float fraction of an epoch or an integer number of steps, not %s", valueWords(v))
 }
 
 // MarshalTOML implements toml.Marshaler, keeping the float/int distinction.
@@ -149,7 +149,7 @@ func (p *Precision) UnmarshalTOML(v any) error {
 	case string:
 		s = x
 	default:
-		return fmt.Errorf("precision must be a string like \"bf16-mixed\", not %T", v)
+		return fmt.Errorf("precision must be a string like \"bf16-mixed\", not %s", valueWords(v))
 	}
 	q, err := ParsePrecision(s)
 	if err != nil {

@@ -288,11 +288,17 @@ func inferConcat(c *inferCtx) {
 func inferReduce(c *inferCtx) {
 	x := c.x
 	axes, ok := c.g.ReduceAxes(c.n)
+	keep := c.n.Int("keepdims", 1) == 1
+	if ok && len(axes) == 0 && !keep {
+		// Every axis reduced away: a scalar whatever the input's rank
+		// (a loss summed over data-dependent detections).
+		c.shaped(x.DType, []int64{})
+		return
+	}
 	if !ok || !x.Known {
 		c.set(0, Info{DType: x.DType})
 		return
 	}
-	keep := c.n.Int("keepdims", 1) == 1
 	var s []int64
 	for i, d := range x.Shape {
 		if len(axes) == 0 || slices.Contains(axes, int64(i)) {

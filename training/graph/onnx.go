@@ -2,7 +2,9 @@ package graph
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -196,22 +198,58 @@ func (g *Graph) Marshal() ([]byte, error) {
 	return proto.Marshal(g.ToModel())
 }
 
+// FileError is a model file ortrain cannot read as an ONNX model: missing,
+// empty, truncated, or another kind of file. Path is absolute.
+type FileError struct {
+	Path, Msg string
+	Err       error // the cause, if any (fs.ErrNotExist...)
+}
+
+func (e *FileError) Error() string { return fmt.Sprintf("graph: %s %s", e.Path, e.Msg) }
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *FileError) BadInput() bool { return true }
+
 // Load reads an ONNX model file, pulling in external data. External data
 // locations must be relative paths inside the model's folder: a model file
-// must not make ortrain read arbitrary files.
+// must not make ortrain read arbitrary files. Errors name the file by its
+// absolute path.
 func Load(path string) (*Graph, error) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	// Stat before reading: reading a FIFO would block for a writer.
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &FileError{path, "does not exist", err}
+	case err != nil:
+		return nil, &FileError{path, fmt.Sprintf("cannot be read: %v", err), err}
+	case st.IsDir():
+		return nil, &FileError{path, "is a folder, not an ONNX model file", nil}
+	case !st.Mode().IsRegular():
+		return nil, &FileError{path, "is not a regular file", nil}
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, &FileError{path, fmt.Sprintf("cannot be read: %v", err), err}
 	}
 	return load(path, b)
 }
 
 // load reads b, the bytes of the model file at path, as Load does.
 func load(path string, b []byte) (*Graph, error) {
+	if len(b) == 0 {
+		return nil, &FileError{path, "is empty (0 bytes), not an ONNX model: did the export or the copy fail?", nil}
+	}
 	m := &onnxpb.ModelProto{}
 	if err := proto.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("graph: %s is not an ONNX model: %w", path, err)
+		return nil, &FileError{path, fmt.Sprintf("is not an ONNX model (%d bytes; truncated, or another kind of file?): %v", len(b), err), err}
+	}
+	if m.Graph == nil {
+		return nil, &FileError{path, fmt.Sprintf("is not an ONNX model: its %d bytes hold no graph (truncated, or another kind of file?)", len(b)), nil}
 	}
 	if err := LoadExternal(m, filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -248,6 +286,9 @@ func confine(dir, tensor, loc string) (string, error) {
 		return "", err
 	}
 	realFull, err := filepath.EvalSymlinks(full)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", &TensorError{tensor, fmt.Sprintf("its external data file %s (location %q) is missing: copy it next to the model, where the export wrote it", full, loc)}
+	}
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,5 +119,69 @@ func TestHostileInitializers(t *testing.T) {
 		if !errors.As(err, &te) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `"w"`) {
 			t.Errorf("%s: %v, want a TensorError naming the tensor and %s", name, err, path)
 		}
+	}
+}
+
+// TestLoadBadFiles: a model file that is missing, empty, truncated, not
+// ONNX at all, or whose external data file is missing is bad input (exit
+// 2) naming the file by its absolute path and what is wrong with it.
+func TestLoadBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	g := New("m", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4}})
+	g.AddInitializer(Float32s("w", []int64{4, 300}, make([]float32, 1200)))
+	g.Outputs = []string{NewBuilder(g, "").MatMul("x", "w")}
+	good, err := g.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("empty.onnx", nil)
+	write("trunc.onnx", good[:len(good)/2])
+	write("text.onnx", []byte("this is not a model\n"))
+	if err := g.Save(filepath.Join(dir, "ext.onnx"), SaveOptions{ExternalThreshold: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "ext.onnx.data")); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"missing.onnx": "does not exist",
+		"empty.onnx":   "is empty",
+		"trunc.onnx":   "is not an ONNX model",
+		"text.onnx":    "is not an ONNX model",
+		"ext.onnx":     "external data file " + filepath.Join(dir, "ext.onnx.data"),
+		".":            "is a folder",
+	} {
+		_, err := Load(file) // relative: the error names the absolute path
+		var bi interface{ BadInput() bool }
+		if err == nil || !errors.As(err, &bi) || !bi.BadInput() {
+			t.Errorf("%s: err = %v, want a bad-input error", file, err)
+			continue
+		}
+		abs := filepath.Join(dir, file)
+		if !strings.Contains(err.Error(), abs) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %q, want it to name %s and say %q", file, err, abs, want)
+		}
+		if file == "missing.onnx" && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v is not fs.ErrNotExist", file, err)
+		}
+	}
+}
+
+// TestReduceAllIsScalar: a reduction over every axis with keepdims=0 is a
+// scalar even when its input's rank is unknown (a loss summed over a
+// data-dependent number of detections).
+func TestReduceAllIsScalar(t *testing.T) {
+	g := New("m", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32})
+	y := NewBuilder(g, "").ReduceSum("x", false)
+	if info := g.Info(y); !info.Known || info.Rank() != 0 {
+		t.Errorf("ReduceSum over all axes of an unknown-rank input: %v, want float32[]", info)
 	}
 }

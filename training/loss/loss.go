@@ -28,15 +28,20 @@ const (
 // list of them.
 var Kinds = []string{MSE, L1, CrossEntropy, BCEWithLogits}
 
-// FlagFor turns model.loss, a built-in loss or the name of the model's
-// scalar output that is the loss, into --loss's form (output:NAME for an
-// output).
+// FlagFor turns model.loss into --loss's form: a built-in loss (KIND or
+// KIND:OUTPUT) and output:NAME stay as they are, any other string is the
+// name of the model's scalar output that is the loss (output:NAME), so
+// model.loss = "total_loss" and "output:total_loss" mean the same.
 func FlagFor(modelLoss string) string {
-	if slices.Contains(Kinds, modelLoss) {
+	if _, err := Parse(modelLoss); err == nil {
 		return modelLoss
 	}
 	return Output + ":" + modelLoss
 }
+
+// Usage says what --loss and model.loss take (flag help, docs).
+const Usage = "mse, l1, cross_entropy or bce_with_logits on the model's first output, KIND:OUTPUT " +
+	"(cross_entropy:logits) on another, or output:NAME (or just NAME) for a model that computes its own loss"
 
 // Name is the value every loss is written to.
 const Name = "loss"
@@ -85,16 +90,41 @@ func (e *Error) Error() string { return "loss: " + e.Msg }
 // BadInput marks the error as the user's to fix (exit code 2).
 func (e *Error) BadInput() bool { return true }
 
-// Parse reads the --loss flag: mse, l1, cross_entropy, bce_with_logits or
-// output:NAME.
+// Parse reads the --loss flag: mse, l1, cross_entropy or bce_with_logits,
+// each optionally followed by :OUTPUT, the model output it reads (the
+// first by default), or output:NAME.
 func Parse(s string) (Spec, error) {
-	if name, ok := strings.CutPrefix(s, Output+":"); ok && name != "" {
-		return Spec{Kind: Output, Output: name}, nil
+	kind, out, named := strings.Cut(s, ":")
+	switch {
+	case kind == Output && out != "":
+		return Spec{Kind: Output, Output: out}, nil
+	case slices.Contains(Kinds, kind) && (!named || out != ""):
+		return Spec{Kind: kind, Output: out}, nil
 	}
-	if slices.Contains(Kinds, s) {
-		return Spec{Kind: s}, nil
+	return Spec{}, &Error{fmt.Sprintf("unknown loss %q: want %s, optionally :OUTPUT (cross_entropy:logits) to read an output other than the first, or %s:NAME for the model's own loss",
+		s, strings.Join(Kinds, ", "), Output)}
+}
+
+// Describe says in words which loss spec adds to a model with these
+// outputs and what it reads: for a built-in loss the output (named as the
+// first when spec leaves it out) and, where the model has several outputs,
+// how to choose another.
+func Describe(outputs []string, spec Spec) string {
+	if spec.Kind == Output {
+		return fmt.Sprintf("the loss is the model's output %q", spec.Output)
 	}
-	return Spec{}, &Error{fmt.Sprintf("unknown loss %q: want %s or %s:NAME", s, strings.Join(Kinds, ", "), Output)}
+	pred := spec.Output
+	if pred != "" {
+		return fmt.Sprintf("%s reads the output %q", spec.Kind, pred)
+	}
+	if len(outputs) == 0 {
+		return spec.Kind + " has no output to read"
+	}
+	s := fmt.Sprintf("%s reads the model's first output %q", spec.Kind, outputs[0])
+	if len(outputs) > 1 {
+		s += fmt.Sprintf(" (choose another with --loss %s:OUTPUT, model.loss = \"%s:OUTPUT\"; the outputs are %s)", spec.Kind, spec.Kind, strings.Join(outputs, ", "))
+	}
+	return s
 }
 
 // Add appends the loss to g, naming it Name, and returns the target inputs
@@ -108,7 +138,7 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 		pred = g.Outputs[0]
 	}
 	if _, ok := g.Infos[pred]; !ok {
-		return nil, &Error{fmt.Sprintf("the model has no value %q (outputs: %s)", pred, strings.Join(g.Outputs, ", "))}
+		return nil, &Error{fmt.Sprintf("the model has no output (or other value) named %q; its outputs are %s", pred, strings.Join(g.Outputs, ", "))}
 	}
 	pi := g.Info(pred)
 	b := graph.NewBuilder(g, "loss/")
@@ -126,7 +156,7 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 		return nil, b.Err
 	}
 	if !pi.Float() || !pi.Known {
-		return nil, &Error{fmt.Sprintf("prediction %q must be a floating tensor of known rank, it is %v", pred, pi)}
+		return nil, &Error{fmt.Sprintf("%s, which must be a floating tensor of known rank; it is %v", Describe(g.Outputs, spec), pi)}
 	}
 	dt := pi.DType
 	var l string
@@ -150,9 +180,16 @@ func Add(g *graph.Graph, spec Spec) (targets []string, err error) {
 		}
 	case CrossEntropy:
 		if pi.Rank() < 2 || pi.Shape[1] < 1 {
-			return nil, &Error{fmt.Sprintf("cross_entropy needs logits [batch, classes, ...] with a static class count, %q is %v", pred, pi)}
+			msg := fmt.Sprintf("%s, but cross_entropy needs logits [batch, classes, ...] with a static class count, and it is %v", Describe(g.Outputs, spec), pi)
+			if pi.Rank() == 3 {
+				msg += "; a language model's logits [batch, sequence, vocabulary] need a Transpose to [batch, vocabulary, sequence] in the model (PyTorch's cross_entropy takes the classes on axis 1 too)"
+			}
+			return nil, &Error{msg}
 		}
 		c := pi.Shape[1]
+		if c == 1 {
+			return nil, &Error{fmt.Sprintf("%s, which has 1 class (%v): a softmax over one class is always 1, so the loss would be 0 and nothing would train; for a binary target with one logit use bce_with_logits", Describe(g.Outputs, spec), pi)}
+		}
 		var onehot string
 		if spec.SoftTargets {
 			g.AddInput(Target, graph.Info{DType: dt, Known: true, Shape: slices.Clone(pi.Shape)})

@@ -3,6 +3,7 @@ package loss_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
@@ -125,5 +126,96 @@ func TestLossErrors(t *testing.T) {
 				t.Fatalf("err = %v, want a bad-input error", err)
 			}
 		})
+	}
+}
+
+// TestParse: a built-in loss, optionally on a named output (KIND:OUTPUT),
+// or the model's own loss as output:NAME; FlagFor turns model.loss into
+// the same forms, so that a bare output name and output:NAME are one.
+func TestParse(t *testing.T) {
+	for s, want := range map[string]loss.Spec{
+		"mse":                          {Kind: loss.MSE},
+		"cross_entropy":                {Kind: loss.CrossEntropy},
+		"cross_entropy:logits":         {Kind: loss.CrossEntropy, Output: "logits"},
+		"bce_with_logits:onnx::Gemm_5": {Kind: loss.BCEWithLogits, Output: "onnx::Gemm_5"},
+		"output:total_loss":            {Kind: loss.Output, Output: "total_loss"},
+		"output:onnx::Add_3":           {Kind: loss.Output, Output: "onnx::Add_3"},
+	} {
+		if got, err := loss.Parse(s); err != nil || got != want {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "hinge", "mse:", "output:", "total_loss", "hinge:logits"} {
+		if _, err := loss.Parse(s); err == nil {
+			t.Errorf("Parse(%q) accepted", s)
+		}
+	}
+	for in, want := range map[string]string{
+		"mse":                  "mse",
+		"cross_entropy:logits": "cross_entropy:logits",
+		"loss":                 "output:loss",
+		"total_loss":           "output:total_loss",
+		"output:total_loss":    "output:total_loss",
+		"onnx::Add_3":          "output:onnx::Add_3",
+	} {
+		if got := loss.FlagFor(in); got != want {
+			t.Errorf("FlagFor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestLossMessages: a built-in loss that cannot apply says which output it
+// read (the first, unless named) and how to choose another; cross-entropy
+// over one class is refused, pointing at bce_with_logits.
+func TestLossMessages(t *testing.T) {
+	model := func(shapes ...[]int64) *graph.Graph {
+		g := graph.New("m", graph.EmitOpset)
+		b := graph.NewBuilder(g, "")
+		for i, s := range shapes {
+			x := string(rune('a' + i))
+			g.AddInput(x, graph.Info{DType: ort.Float32, Known: true, Shape: s})
+			out := []string{"features", "logits", "third"}[i]
+			b.OpInto(out, "Relu", []string{x})
+			g.Outputs = append(g.Outputs, out)
+		}
+		return g
+	}
+	for _, c := range []struct {
+		name, spec string
+		g          *graph.Graph
+		want       []string
+	}{
+		{"first output of several", "cross_entropy", model([]int64{-1}, []int64{-1, 3}),
+			[]string{`first output "features"`, "cross_entropy:OUTPUT", "features, logits"}},
+		{"named output", "cross_entropy:features", model([]int64{-1}, []int64{-1, 3}), []string{`output "features"`}},
+		{"one class", "cross_entropy", model([]int64{-1, 1}), []string{"1 class", "bce_with_logits"}},
+		{"one class, soft targets", "cross_entropy", model([]int64{-1, 1}), []string{"1 class", "bce_with_logits"}},
+		{"sequence logits", "cross_entropy", model([]int64{-1, -1, 50}), []string{"Transpose"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, err := loss.Parse(c.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec.SoftTargets = strings.Contains(c.name, "soft")
+			_, err = loss.Add(c.g, spec)
+			var bi interface{ BadInput() bool }
+			if err == nil || !errors.As(err, &bi) || !bi.BadInput() {
+				t.Fatalf("err = %v, want a bad-input error", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	g := model([]int64{-1}, []int64{-1, 3})
+	spec, _ := loss.Parse("cross_entropy:logits")
+	if _, err := loss.Add(g, spec); err != nil {
+		t.Errorf("cross_entropy:logits: %v", err)
+	}
+	if c := loss.Classes(g, spec); c != 3 {
+		t.Errorf("cross_entropy:logits scores %d classes, want 3", c)
 	}
 }

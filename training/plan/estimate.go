@@ -12,7 +12,8 @@ import (
 // plan made before the data exists. It mirrors the Spec methods of the
 // volumes, images and tokens datasets as setup.Datasets sets them up
 // (TestEstimate keeps it equal to them); ok is false for kinds it cannot
-// size without the data (synthetic, which needs no files anyway).
+// size without the data (synthetic, which needs no files anyway, and
+// arrays, whose shapes are the files').
 func Estimate(c *config.Config, m *artifacts.Manifest) (spec []data.TensorSpec, cacheBytes int64, ok bool) {
 	d := c.Data
 	switch d.Kind {

@@ -306,9 +306,10 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 		}
 		pm.Params = n
 		switch {
-		case c.Data.Kind == config.KindSynthetic || mixes:
+		case c.Data.Kind == config.KindSynthetic || c.Data.Kind == config.KindArrays || mixes:
 			// Synthetic data is shaped after the graph's inputs, which only
-			// building the recipe tells; synthetic runs are small.
+			// building the recipe tells; synthetic runs are small. Arrays
+			// are matched to the inputs by name, type and shape.
 			rm, err := models.Build(mc.Recipe, mc.Params)
 			if err != nil {
 				return nil, &config.Error{Key: "model.params", Msg: err.Error()}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
@@ -169,4 +170,33 @@ func TestAutocastEmulatedOnCPU(t *testing.T) {
 		t.Errorf("largest difference from float32 %g, want bfloat16 rounding (0 < d ≤ 0.05)", worst)
 	}
 	t.Logf("largest difference %g", worst)
+}
+
+// TestLossScalerFloorAndCap: backing off from 1 reaches the floor
+// (float16's smallest subnormal, 2^-24) after 25 overflows, not before;
+// growth stops short of float32's infinity.
+func TestLossScalerFloorAndCap(t *testing.T) {
+	s := NewLossScaler(1, 1)
+	for i := 1; i <= 25; i++ {
+		if s.Update(false) || s.AtFloor() != (i == 25) {
+			t.Fatalf("overflow %d: scale %g, at floor %v", i, s.Scale, s.AtFloor())
+		}
+	}
+	s = NewLossScaler(0x1p127, 1)
+	for range 3 {
+		if !s.Update(true) || math.IsInf(float64(float32(s.Scale)), 0) {
+			t.Fatalf("growth from 2^127: scale %g", s.Scale)
+		}
+	}
+}
+
+// TestParseNamesTheFlag: a precision artifacts build does not know is
+// refused naming --precision, with the lower-case spelling where that is
+// one it knows.
+func TestParseNamesTheFlag(t *testing.T) {
+	for name, want := range map[string]string{"int8": `--precision "int8" is not one of fp32, bf16, fp16`, "FP16": "in lower case: --precision fp16"} {
+		if _, _, err := Parse(name); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want %q", name, err, want)
+		}
+	}
 }

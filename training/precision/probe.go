@@ -34,7 +34,9 @@ func NewProbe(opts ort.Options, opset int64) *Probe {
 
 // Parse returns the low-precision type named by a precision setting:
 // bf16 (or bf16-mixed) and fp16 (or 16-mixed); ok is false for float32
-// ("", 32, fp32, tf32) and err non-nil for anything else.
+// ("", 32, fp32, tf32) and err non-nil for anything else. The names are
+// those of `ortrain artifacts build --precision`, which its error names
+// (trainer.precision is checked, and normalised, by the config first).
 func Parse(name string) (dt dtype.DType, ok bool, err error) {
 	switch name {
 	case "", "32", "fp32", "32-true", "tf32":
@@ -44,7 +46,13 @@ func Parse(name string) (dt dtype.DType, ok bool, err error) {
 	case "fp16", "16", "16-mixed":
 		return dtype.Float16, true, nil
 	}
-	return 0, false, fmt.Errorf("precision %q is not one of fp32, bf16, fp16", name)
+	hint := ""
+	if lower := strings.ToLower(name); lower != name {
+		if _, _, err := Parse(lower); err == nil {
+			hint = fmt.Sprintf(" (in lower case: --precision %s)", lower)
+		}
+	}
+	return 0, false, fmt.Errorf("--precision %q is not one of fp32, bf16, fp16%s", name, hint)
 }
 
 // Has reports whether the device runs n with its typed float inputs in dt

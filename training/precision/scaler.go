@@ -1,5 +1,7 @@
 package precision
 
+import "math"
+
 // Defaults of dynamic loss scaling, as torch.amp.GradScaler's.
 const (
 	DefaultInitScale      = 65536 // 2^16
@@ -7,6 +9,16 @@ const (
 	growthFactor          = 2
 	backoffFactor         = 0.5
 )
+
+// MinScale is the floor of dynamic loss scaling, float16's smallest
+// subnormal (2^-24): below it the scaled loss itself rounds to zero in
+// float16, so gradients that still overflow are not finite at any scale
+// and halving further cannot cure them.
+const MinScale = 0x1p-24
+
+// MaxScale is the largest loss scale: the scale is fed to the graphs as a
+// float32.
+const MaxScale = math.MaxFloat32
 
 // LossScaler is dynamic loss scaling for float16 training: the loss is
 // multiplied by Scale before the backward pass so that small gradients
@@ -46,8 +58,14 @@ func (s *LossScaler) Update(finite bool) bool {
 	}
 	s.Clean++
 	if s.Clean >= s.GrowthInterval {
-		s.Scale *= growthFactor
+		if s.Scale*growthFactor <= MaxScale { // a float32 infinity would overflow every step
+			s.Scale *= growthFactor
+		}
 		s.Clean = 0
 	}
 	return true
 }
+
+// AtFloor reports whether backing off has taken the scale below MinScale:
+// overflows there are not the scale's doing.
+func (s *LossScaler) AtFloor() bool { return s.Scale < MinScale }

@@ -20,6 +20,12 @@ var versionName = regexp.MustCompile(`^version_(\d+)$`)
 // checkpoint) — to the checkpoint directory and the version directory it
 // belongs to. flag names the option in errors (--resume, --checkpoint).
 func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err error) {
+	return findCheckpoint(flag, spec, spec, outputDir, name)
+}
+
+// findCheckpoint is FindCheckpoint; said is what the user gave (best,
+// when it looks for the last run of the name first).
+func findCheckpoint(flag, spec, said, outputDir, name string) (ck, version string, err error) {
 	bad := func(format string, args ...any) error {
 		return &Error{Path: spec, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -27,7 +33,7 @@ func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err
 		return "", "", &FlagError{Flag: flag + " " + spec, Msg: "picks from the runs of the configuration's name: give --config (or --preset), or name the run's directory (outputs/NAME/version_N) or a checkpoint directory"}
 	}
 	if spec == "best" {
-		if _, version, err = FindCheckpoint(flag, "last", outputDir, name); err != nil {
+		if _, version, err = findCheckpoint(flag, "last", spec, outputDir, name); err != nil {
 			return "", "", err
 		}
 		dir := filepath.Join(version, CheckpointsDir)
@@ -41,7 +47,7 @@ func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err
 		root := filepath.Join(outputDir, name)
 		des, err := os.ReadDir(root)
 		if err != nil {
-			return "", "", &Error{Path: root, Msg: flag + " last: no earlier run named " + name}
+			return "", "", &Error{Path: root, Msg: flag + " " + said + ": no earlier run named " + name}
 		}
 		best := -1
 		for _, de := range des {
@@ -54,7 +60,7 @@ func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err
 			}
 		}
 		if best < 0 {
-			return "", "", &Error{Path: root, Msg: flag + " last: no version holds a whole checkpoint"}
+			return "", "", &Error{Path: root, Msg: flag + " " + said + ": no version holds a whole checkpoint"}
 		}
 	case exists(filepath.Join(spec, checkpoint.StateFile)):
 		real, err := filepath.EvalSymlinks(spec)
@@ -64,6 +70,10 @@ func FindCheckpoint(flag, spec, outputDir, name string) (ck, version string, err
 		return real, filepath.Dir(filepath.Dir(real)), nil
 	case exists(filepath.Join(spec, CheckpointsDir)):
 		version = spec
+	case filepath.Base(filepath.Clean(spec)) == CheckpointsDir && exists(spec):
+		version = filepath.Dir(filepath.Clean(spec)) // a run's checkpoints directory
+	case !exists(spec):
+		return "", "", bad("does not exist; %s takes last, best, a checkpoint directory (with %s) or a run's version directory (with %s/)", flag, checkpoint.StateFile, CheckpointsDir)
 	default:
 		return "", "", bad("%s takes last, a checkpoint directory (with %s) or a run's version directory (with %s/)", flag, checkpoint.StateFile, CheckpointsDir)
 	}

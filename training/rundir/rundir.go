@@ -10,8 +10,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +33,10 @@ type Dir struct {
 	Version int  // N of version_N, -1 when the directory is not named so
 	Resumed bool // opened by Resume
 	lock    *os.File
+	// created: made by New or At (Discard removes it); replaced: where
+	// At moved an overwritten directory's contents (see Commit).
+	created  bool
+	replaced string
 }
 
 // Error is a run-directory problem the user has to fix.
@@ -59,7 +65,7 @@ func New(outputDir, name string) (*Dir, error) {
 	}
 	parent := filepath.Join(outputDir, name)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, err
+		return nil, createError(parent, err, "set output_dir to a folder you can write")
 	}
 	des, err := os.ReadDir(parent)
 	if err != nil {
@@ -78,47 +84,249 @@ func New(outputDir, name string) (*Dir, error) {
 			continue // another run took it meanwhile
 		}
 		if err != nil {
+			return nil, createError(p, err, "set output_dir to a folder you can write")
+		}
+		d, err := open(p, next, false)
+		if err != nil {
 			return nil, err
 		}
-		return open(p, next, false)
+		d.created = true
+		return d, nil
 	}
 }
 
 // At creates the run directory path itself (a --run-dir the user named).
-// An existing non-empty directory is refused unless overwrite is true, in
-// which case its contents are removed first.
-func At(path string, overwrite bool) (*Dir, error) {
-	des, err := os.ReadDir(path)
+// An existing directory that holds anything is refused unless overwrite is
+// true. Overwriting is refused too for a directory that does not hold an
+// ortrain run (config.toml, metrics.csv or checkpoints/), and for one
+// inside which an input of the run lies (inputs maps a configuration key
+// or flag to a path the run reads: data.train, data.val, --config ...).
+// An overwritten directory's contents are not deleted yet: they are moved
+// aside into a hidden folder inside it, so the new run is set up in an
+// empty directory; Commit deletes them once the run's setup succeeded,
+// Discard puts them back when it failed.
+func At(path string, overwrite bool, inputs map[string]string) (*Dir, error) {
+	des, err := readDir(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if err := os.MkdirAll(path, 0o755); err != nil {
+			return nil, createError(path, err, "give a --run-dir you can write")
+		}
+		d, err := open(path, versionNumber(path), false)
+		if err != nil {
+			os.Remove(path)
 			return nil, err
 		}
+		d.created = true
+		return d, nil
+	case errors.Is(err, syscall.ENOTDIR):
+		if st, serr := os.Stat(path); serr == nil && !st.IsDir() {
+			return nil, &Error{Path: path, Msg: "is a file, not a directory; name a directory for the run"}
+		}
+		return nil, createError(path, err, "give a --run-dir you can write")
 	case err != nil:
 		return nil, err
 	case len(des) > 0 && !overwrite:
-		return nil, &Error{Path: path, Msg: "exists and is not empty; resume it, choose another, or overwrite it explicitly"}
+		return nil, &Error{Path: path, Msg: "exists and is not empty; resume it (--resume " + path + "), choose another, or replace it with --overwrite"}
 	case len(des) > 0:
-		d, err := open(path, -1, false)
-		if err != nil {
+		if err := checkOverwrite(path, des, inputs); err != nil {
 			return nil, err
 		}
-		for _, de := range des {
-			if de.Name() == lockFile {
-				continue
-			}
-			if err := os.RemoveAll(filepath.Join(path, de.Name())); err != nil {
-				d.Close()
-				return nil, err
-			}
-		}
-		return d, nil
 	}
+	d, err := open(path, versionNumber(path), false)
+	if err != nil {
+		return nil, err
+	}
+	if des, err = readDir(path); err != nil { // again, under the lock
+		d.Close()
+		return nil, err
+	}
+	if len(des) > 0 {
+		if err := d.moveAside(des); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// replacedPrefix names the hidden folder inside an overwritten run
+// directory that holds its previous contents until the new run's setup
+// succeeded (a process killed meanwhile leaves them there).
+const replacedPrefix = ".ortrain-replaced-"
+
+// readDir lists a directory without its lock file, which a run that never
+// got past its lock leaves behind.
+func readDir(path string) ([]os.DirEntry, error) {
+	des, err := os.ReadDir(path)
+	return slices.DeleteFunc(des, func(de os.DirEntry) bool { return de.Name() == lockFile }), err
+}
+
+// checkOverwrite refuses to overwrite a directory that is not an ortrain
+// run, or that holds an input of the run.
+func checkOverwrite(path string, des []os.DirEntry, inputs map[string]string) error {
+	if !slices.ContainsFunc(des, func(de os.DirEntry) bool {
+		n := de.Name()
+		return n == ConfigFile || n == MetricsFile || n == CheckpointsDir || strings.HasPrefix(n, replacedPrefix)
+	}) {
+		names := make([]string, 0, 3)
+		for _, de := range des[:min(3, len(des))] {
+			names = append(names, de.Name())
+		}
+		more := ""
+		if len(des) > 3 {
+			more = fmt.Sprintf(", ... %d more", len(des)-3)
+		}
+		return &Error{Path: path, Msg: fmt.Sprintf("holds %s%s but no ortrain run (no %s, %s or %s/): --overwrite replaces runs only; choose an empty or new directory",
+			strings.Join(names, ", "), more, ConfigFile, MetricsFile, CheckpointsDir)}
+	}
+	keys := slices.Sorted(maps.Keys(inputs))
+	for _, k := range keys {
+		if in := inputs[k]; in != "" && within(in, path) {
+			return &Error{Path: path, Msg: fmt.Sprintf("holds %s (%s), which --overwrite would delete; move it out, or choose another run directory", k, in)}
+		}
+	}
+	return nil
+}
+
+// within reports whether path is dir or lies inside it, links resolved.
+func within(path, dir string) bool {
+	resolve := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		return p
+	}
+	rel, err := filepath.Rel(resolve(dir), resolve(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// moveAside moves des, the directory's contents, into a new hidden folder
+// inside it; on an error what moved is moved back.
+func (d *Dir) moveAside(des []os.DirEntry) error {
+	aside := filepath.Join(d.Path, replacedPrefix+strconv.Itoa(os.Getpid()))
+	for k := 2; ; k++ {
+		err := os.Mkdir(aside, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		aside = filepath.Join(d.Path, fmt.Sprintf("%s%d-%d", replacedPrefix, os.Getpid(), k))
+	}
+	d.replaced = aside
+	for _, de := range des {
+		if err := os.Rename(filepath.Join(d.Path, de.Name()), filepath.Join(aside, de.Name())); err != nil {
+			if rerr := d.putBack(); rerr != nil {
+				return fmt.Errorf("%w; %w", err, rerr)
+			}
+			return err
+		}
+	}
+	return syncDir(d.Path)
+}
+
+// Commit deletes what an overwritten directory held before (see At): the
+// new run's setup succeeded.
+func (d *Dir) Commit() error {
+	if d.replaced == "" {
+		return nil
+	}
+	err := os.RemoveAll(d.replaced)
+	if err == nil {
+		d.replaced = ""
+	}
+	return err
+}
+
+// Discard undoes a run's setup that failed: a directory that At or New
+// created is removed; an existing one At opened is emptied of what this
+// run wrote into it, and what an overwrite moved aside is put back. A
+// resumed run's directory is left alone. It says what it did ("" for
+// nothing).
+func (d *Dir) Discard() (string, error) {
+	switch {
+	case d.Resumed:
+		return "", nil
+	case d.created:
+		return "removed " + d.Path, os.RemoveAll(d.Path)
+	}
+	des, err := os.ReadDir(d.Path)
+	if err != nil {
+		return "", err
+	}
+	var errs []error
+	for _, de := range des {
+		if p := filepath.Join(d.Path, de.Name()); p != d.replaced && de.Name() != lockFile {
+			errs = append(errs, os.RemoveAll(p))
+		}
+	}
+	if d.replaced == "" {
+		return "emptied " + d.Path + " again", errors.Join(errs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return "", fmt.Errorf("%w; the previous contents of %s are kept in %s", err, d.Path, d.replaced)
+	}
+	if err := d.putBack(); err != nil {
+		return "", err
+	}
+	return "kept " + d.Path + " as it was", nil
+}
+
+// putBack moves what moveAside set aside back into the directory.
+func (d *Dir) putBack() error {
+	old, err := os.ReadDir(d.replaced)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, de := range old {
+		if err := os.Rename(filepath.Join(d.replaced, de.Name()), filepath.Join(d.Path, de.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w; the previous contents of %s are kept in %s", err, d.Path, d.replaced)
+	}
+	if err := os.Remove(d.replaced); err != nil {
+		return err
+	}
+	d.replaced = ""
+	return syncDir(d.Path)
+}
+
+// createError is an output directory that cannot be made where the user
+// pointed it (a read-only mount, no permission): theirs to fix.
+func createError(path string, err error, hint string) error {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.ENOTDIR) {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return &Error{Path: path, Msg: "cannot be created: " + err.Error() + "; " + hint}
+	}
+	return err
+}
+
+func syncDir(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func versionNumber(path string) int {
 	v, ok := versionOf(filepath.Base(path))
 	if !ok {
-		v = -1
+		return -1
 	}
-	return open(path, v, false)
+	return v
 }
 
 // Resume reopens an existing run directory to append to it.
@@ -151,6 +359,13 @@ func versionOf(name string) (int, bool) {
 func open(path string, version int, resumed bool) (*Dir, error) {
 	f, err := os.OpenFile(filepath.Join(path, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			msg := "cannot be written: " + errors.Unwrap(err).Error()
+			if resumed {
+				msg += "; to continue a run stored read-only, copy it to a folder you can write and resume the copy"
+			}
+			return nil, &Error{Path: path, Msg: msg}
+		}
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {

@@ -45,7 +45,7 @@ func CheckData(c *config.Config, m *artifacts.Manifest, train, val data.Dataset)
 			if err != nil {
 				return &config.Error{Key: "data.feeds", Msg: err.Error()}
 			}
-			if err := fits(c, d, s); err != nil {
+			if err := fits(c, d, s, arraysOf(side.key, side.ds)); err != nil {
 				return err
 			}
 		}
@@ -63,13 +63,35 @@ var loaderTypes = map[data.DType][]string{
 	data.Uint8:   {"uint8", "bool"},
 }
 
+// fromFiles is a dataset whose tensors come from files of their own (the
+// arrays kind), with the config key that names them.
+type fromFiles struct {
+	key string
+	ds  interface{ File(tensor string) string }
+}
+
+// arraysOf is the files of ds where it reads a file per tensor, else nil.
+func arraysOf(key string, ds data.Dataset) *fromFiles {
+	if f, ok := ds.(interface{ File(tensor string) string }); ok {
+		return &fromFiles{key, f}
+	}
+	return nil
+}
+
 // fits checks one loader tensor against the model input it feeds: its
 // type, its rank and each size the model fixes (the batch axis against
-// data.batch_size).
-func fits(c *config.Config, d artifacts.Tensor, s data.TensorSpec) error {
+// data.batch_size). files, when set, names the file of each tensor.
+func fits(c *config.Config, d artifacts.Tensor, s data.TensorSpec, files *fromFiles) error {
 	what := fmt.Sprintf("the model's input %q", d.Name)
-	if s.Name != d.Name {
+	if files != nil {
+		what += fmt.Sprintf(" (fed by %s)", files.ds.File(s.Name))
+	} else if s.Name != d.Name {
 		what += fmt.Sprintf(" (fed by the loader's %q)", s.Name)
+	}
+	sizeKey, sizeHint := sizeKey, sizeHint
+	if files != nil {
+		sizeKey = func(*config.Config) string { return files.key }
+		sizeHint = func(*config.Config) string { return "the array's shape after its first axis, the samples" }
 	}
 	// plan knows some inputs by name only (a large recipe it does not build).
 	if d.DType != "" && !slices.Contains(loaderTypes[s.DType], d.DType) {

@@ -21,6 +21,7 @@ import (
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/data/arrays"
 	"github.com/ortrain/ortrain/training/data/images"
 	"github.com/ortrain/ortrain/training/data/tokens"
 	"github.com/ortrain/ortrain/training/data/volumes"
@@ -79,6 +80,16 @@ func datasets(c *config.Config, m *artifacts.Manifest, recorded []string) (train
 			return nil, nil, err
 		}
 		val, err = NewSynthetic(m, SyntheticValLen, uint64(c.Seed)+1<<32)
+		return train, val, err
+	case config.KindArrays:
+		if d.Train != "" && recorded == nil {
+			if train, err = openArrays(c, m, "data.train", d.Train); err != nil {
+				return nil, nil, err
+			}
+		}
+		if d.Val != "" {
+			val, err = openArrays(c, m, "data.val", d.Val)
+		}
 		return train, val, err
 	case config.KindImages:
 		layout := images.NCHW
@@ -211,6 +222,30 @@ func softClasses(m *artifacts.Manifest) (int, error) {
 		}
 	}
 	return 0, &config.Error{Key: "data.images.mixup_alpha", Msg: "the artifacts' loss takes no class probabilities [batch, classes]; they were built without MixUp/CutMix"}
+}
+
+// openArrays opens the arrays at path, the value of config key key, for
+// the data inputs of m (through data.feeds); what does not fit the model
+// is a config error naming the key and the file. Arrays held in memory
+// are bounded by data.memory_limit.
+func openArrays(c *config.Config, m *artifacts.Manifest, key, path string) (data.Dataset, error) {
+	var in []arrays.Input
+	for _, t := range m.Data {
+		a := arrays.Input{Name: t.Name, DType: t.DType, Shape: t.Shape}
+		if t.Name == loss.Target && t.DType == "int64" {
+			a.Classes = m.Classes // a built-in cross-entropy's class indices
+		}
+		in = append(in, a)
+	}
+	ds, err := arrays.Open(arrays.Config{Path: path, Inputs: in, Feeds: c.Data.Feeds, MaxBytes: LoaderConfig(c, key == "data.train").MaxBytes})
+	var ae *arrays.Error
+	if errors.As(err, &ae) {
+		return nil, &config.Error{Key: key, Msg: ae.Error()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ds, nil
 }
 
 // VolumeCacheBytes is the bound of the decoded-volume cache of a volumes

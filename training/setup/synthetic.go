@@ -22,16 +22,7 @@ type Synthetic struct {
 	n    int
 	seed uint64
 	spec []data.TensorSpec
-	// pool holds standard normals drawn once; a sample's float values are
-	// a window of it at an offset drawn for the sample, so that making a
-	// batch costs a copy rather than a normal draw per value, and a
-	// benchmark at ImageNet sizes is not paced by its data.
-	pool []float32
 }
-
-// syntheticPool is the number of normals drawn for a dataset: 4 MiB, a
-// prime so that windows of power-of-two sizes do not repeat in step.
-const syntheticPool = 1<<20 + 7
 
 // NewSynthetic makes n samples for the data inputs of m, which must have
 // fixed sizes apart from the batch dimension.
@@ -61,11 +52,6 @@ func NewSynthetic(m *artifacts.Manifest, n int, seed uint64) (*Synthetic, error)
 		}
 		s.spec = append(s.spec, data.TensorSpec{Name: t.Name, DType: dt, Shape: shape})
 	}
-	r := rand.New(rand.NewPCG(seed, math.MaxUint64))
-	s.pool = make([]float32, syntheticPool)
-	for i := range s.pool {
-		s.pool[i] = float32(r.NormFloat64())
-	}
 	return s, nil
 }
 
@@ -81,12 +67,10 @@ func (s *Synthetic) Load(i int, _ *rand.Rand, dst data.Sample) error {
 	sum, seen := 0.0, false
 	for k := range dst {
 		if t := &dst[k]; t.DType == data.Float32 && t.Name != "target" {
-			for off, done := r.IntN(len(s.pool)), 0; done < len(t.F32); off = 0 {
-				done += copy(t.F32[done:], s.pool[off:])
-			}
-			if !seen {
-				for _, v := range t.F32 {
-					sum += float64(v)
+			for j := range t.F32 {
+				t.F32[j] = float32(r.NormFloat64())
+				if !seen {
+					sum += float64(t.F32[j])
 				}
 			}
 			seen = true

@@ -162,6 +162,7 @@ type recorder struct {
 	valMetrics []map[string]float64
 	onStep     func(*callback.State)
 	trainEnd   bool
+	stopReason string // the State's at OnTrainEnd
 }
 
 func (r *recorder) OnTrainStart(*callback.State) error { return nil }
@@ -181,7 +182,10 @@ func (r *recorder) OnValidationEnd(_ *callback.State, m map[string]float64) erro
 	r.valMetrics = append(r.valMetrics, m)
 	return nil
 }
-func (r *recorder) OnTrainEnd(*callback.State) error { r.trainEnd = true; return nil }
+func (r *recorder) OnTrainEnd(s *callback.State) error {
+	r.trainEnd, r.stopReason = true, s.StopReason
+	return nil
+}
 
 // build makes a trainer for c in run directory dir (a new version when
 // dir is ""), resuming from resume; the blobs datasets unless ds gives the

@@ -22,16 +22,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ortrain/ortrain/metrics"
-	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/callback"
@@ -89,7 +87,8 @@ type Trainer struct {
 
 	state       callback.State
 	updates     int64       // optimizer updates applied (skipped steps excluded)
-	skipsInARow int         // steps skipped since the last applied one
+	skipsInARow int         // steps skipped since the last applied one, float16 overflows excluded
+	overflows   overflowRun // float16 overflows since the last applied step
 	skippedBad  int64       // bad samples the loader dropped (data.skip_bad_files)
 	cursor      data.Cursor // where the train loader resumes after the last step
 	accum       int
@@ -97,6 +96,7 @@ type Trainer struct {
 	comm        *collective.Comm
 	dcomm       *collective.DeviceComm // NCCL, for gradients on a GPU
 	valShards   bool                   // each rank validates its shard (see New)
+	valPad      int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
 	reduce      []float64              // the step's scalars summed across ranks, reused
 	bucket      []float32              // gradients packed for one sum (sumGradients)
 	pending     [][]float32            // the gradients in bucket, in order
@@ -172,6 +172,15 @@ func New(o Options) (t *Trainer, err error) {
 	if err := checkMonitor(c, m, t.val != nil); err != nil {
 		return t, err
 	}
+	t.valPad = -1
+	if t.valShards && t.val != nil {
+		t.valPad = paddedIndex(o.Val.Len(), o.Comm.Rank(), o.Comm.Size())
+	}
+	if o.Comm != nil && o.Comm.Rank() == 0 && o.Progress != nil {
+		if msg := unevenShards(c, o.Train, o.Val, o.Comm.Size(), t.valShards); msg != "" {
+			fmt.Fprintln(o.Progress, "ortrain: "+msg)
+		}
+	}
 	stepsPerEpoch := max(1, int64(t.train.BatchesPerEpoch()/t.accum))
 	maxSteps := c.Trainer.MaxSteps
 	if e := c.Trainer.MaxEpochs; e > 0 && (maxSteps == 0 || int64(e)*stepsPerEpoch < maxSteps) {
@@ -183,6 +192,11 @@ func New(o Options) (t *Trainer, err error) {
 	}
 	if c.Data.Kind == config.KindTokens {
 		t.tokens = int64(c.Data.Tokens.SeqLen)
+	}
+	if o.Comm != nil {
+		if err := t.agreeAcrossRanks(o.Comm, c, o.Train, o.Val); err != nil {
+			return t, err
+		}
 	}
 	if t.sched, err = schedule.FromConfig(c, maxSteps, world); err != nil {
 		return t, err
@@ -201,11 +215,20 @@ func New(o Options) (t *Trainer, err error) {
 	if o.Session.Device.CUDA {
 		t.telemetry = telemetry.Start(o.Session.Device.ID, time.Second)
 	}
+	// Every check of the checkpoint passes before the callbacks open the
+	// run's files: a refused resume writes nothing (no events file, no
+	// metrics.csv cut at the checkpoint).
+	var cbState map[string]json.RawMessage
+	if o.Resume != "" {
+		if cbState, err = t.restore(o.Resume, o.Progress); err != nil {
+			return t, err
+		}
+	}
 	if err := t.setupCallbacks(o); err != nil {
 		return t, err
 	}
 	if o.Resume != "" {
-		if err := t.restore(o.Resume, o.Progress); err != nil {
+		if err := t.callbacks.Restore(cbState); err != nil {
 			return t, err
 		}
 	}
@@ -223,6 +246,15 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 				s.StopReason = fmt.Sprintf("reached %d steps", s.MaxSteps)
 				if e := t.cfg.Trainer.MaxEpochs; e > 0 && s.MaxSteps == int64(e)*s.StepsPerEpoch {
 					s.StopReason = fmt.Sprintf("reached %d epochs (%d steps)", e, s.MaxSteps)
+				}
+				if o := t.overflows; o.n > 0 {
+					// A run too short for the scaler to settle says so.
+					which := fmt.Sprintf("its last %d steps were", o.n)
+					if int64(o.n) >= s.Step {
+						which = fmt.Sprintf("all %d steps were", o.n)
+					}
+					s.StopReason += fmt.Sprintf("; %s skipped for float16 overflow, the loss scale backing off from %g to %g (trainer.loss_scale_init = %g): lower trainer.loss_scale_init, or train longer",
+						which, o.from, o.to, t.initScale())
 				}
 				break
 			}
@@ -262,99 +294,31 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 		s.StopReason = fmt.Sprintf("stopped on bad %s data; checkpoint written", de.what())
 	}
 	s.Failed = err != nil && de == nil
-	return errors.Join(err, t.callbacks.OnTrainEnd(s))
+	end := t.callbacks.OnTrainEnd(s)
+	if err != nil && end != nil && end.Error() == err.Error() {
+		end = nil // a logger's Close repeats the write error the run stopped on
+	}
+	err = errors.Join(err, end)
+	if errors.Is(err, syscall.ENOSPC) {
+		where := "no checkpoint of this run was saved"
+		if ck := t.lastCheckpoint(); ck != "" {
+			where = "the newest whole checkpoint is " + ck + "; free space, then continue with --resume " + ck
+		}
+		err = fmt.Errorf("%w (the disk is full: %s)", err, where)
+	}
+	return err
 }
 
-// allReduce makes the step's result the job's: the losses and terms
-// averaged and the counts summed over the ranks, ok only where every rank's
-// loss was finite, and (when ok) every gradient summed in place — the
-// optimizer then divides by the world size with the gradient scale.
-func (t *Trainer) allReduce(r *callback.StepResult, ok bool) (bool, error) {
-	v := append(t.reduce[:0], r.Loss, float64(r.Samples), float64(r.Tokens), float64(r.Positions), 0)
-	if !ok {
-		v[4] = 1
-	}
-	v = append(v, t.terms...)
-	t.reduce = v
-	if err := t.comm.SumFloat64(v); err != nil {
-		return false, err
-	}
-	n := float64(t.comm.Size())
-	r.Loss, r.Samples, r.Tokens, r.Positions = v[0]/n, int64(v[1]), int64(v[2]), int64(v[3])
-	for i := range t.terms {
-		t.terms[i] = v[5+i] / n
-	}
-	if v[4] != 0 {
-		return false, nil // some rank's loss was not finite: all skip
-	}
-	return true, t.sumGradients()
-}
+func (e DisagreeError) Error() string  { return e.Err.Error() }
+func (e DisagreeError) Unwrap() error  { return e.Err }
+func (e DisagreeError) BadInput() bool { return true }
+
+// EveryRank says that every rank returns the error.
+func (DisagreeError) EveryRank() bool { return true }
 
 // bucketFloats bounds the gradients summed in one call (25 MiB, the
 // bucket PyTorch's DDP uses): many small tensors go in few calls.
 const bucketFloats = 25 << 20 / 4
-
-// sumGradients sums every gradient across the ranks in place: on a GPU
-// with NCCL in one group of calls, nothing crossing to the host; on the
-// CPU with MPI, small ones packed into a bucket per call, one too large
-// for it on its own.
-func (t *Trainer) sumGradients() error {
-	if t.dcomm != nil {
-		return t.dcomm.Sum(t.eng.deviceGradients())
-	}
-	grads := t.eng.gradients()
-	if t.bucket == nil {
-		total := 0
-		for _, g := range grads {
-			total += len(g)
-		}
-		t.bucket = make([]float32, 0, min(total, bucketFloats))
-	}
-	t.bucket, t.pending = t.bucket[:0], t.pending[:0]
-	for _, g := range grads {
-		if len(g) > cap(t.bucket) {
-			if err := t.comm.SumFloat32(g); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(t.bucket)+len(g) > cap(t.bucket) {
-			if err := t.flushBucket(); err != nil {
-				return err
-			}
-		}
-		t.bucket, t.pending = append(t.bucket, g...), append(t.pending, g)
-	}
-	return t.flushBucket()
-}
-
-// flushBucket sums the bucket across the ranks and copies the sums back
-// into the gradients it holds.
-func (t *Trainer) flushBucket() error {
-	if len(t.bucket) == 0 {
-		return nil
-	}
-	if err := t.comm.SumFloat32(t.bucket); err != nil {
-		return err
-	}
-	off := 0
-	for _, g := range t.pending {
-		off += copy(g, t.bucket[off:])
-	}
-	t.bucket, t.pending = t.bucket[:0], t.pending[:0]
-	return nil
-}
-
-// anyRank reports whether flag is set on any rank.
-func (t *Trainer) anyRank(flag bool) (bool, error) {
-	v := append(t.reduce[:0], 0)
-	if flag {
-		v[0] = 1
-	}
-	t.reduce = v
-	err := t.comm.SumFloat64(v)
-	return v[0] > 0, err
-}
 
 // DataError is a training or validation batch that could not be loaded;
 // the message names the file. It is the user's to fix (exit 2), and the
@@ -440,20 +404,40 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		if t.scaler != nil {
 			// Scaled float16 gradients that overflow are the scaler's to
 			// handle: skip the step, halve the scale.
+			scale := t.scaler.Scale
 			overflow = !t.scaler.Update(applied)
 			r.Metrics["train/overflow_skipped"] = float64(t.scaler.Skipped)
+			if overflow {
+				if t.overflows.n == 0 {
+					t.overflows.from = scale
+				}
+				t.overflows.n++
+				t.overflows.to = scale
+			}
 		}
 	}
 	weights := !ok && finite(r.Loss) && finite(r.GradNorm)
 	if !ok && !overflow && !t.cfg.Trainer.SkipNonfinite {
 		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, Weights: weights, LastCheckpoint: t.lastCheckpoint()}
 	}
-	if ok {
+	switch {
+	case ok:
 		t.updates++
 		t.skipsInARow = 0
-	} else if t.skipsInARow++; t.skipsInARow >= maxSkipsInARow || int64(t.skipsInARow) == t.state.MaxSteps {
-		return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, Weights: weights, InARow: t.skipsInARow,
-			LastCheckpoint: t.lastCheckpoint()}
+		t.overflows = overflowRun{}
+	case overflow:
+		// The scaler backing off from too large a scale (GradScaler's
+		// first steps from a high loss_scale_init) is not a run that no
+		// longer learns: only overflows down at the scale's floor are.
+		if t.scaler.AtFloor() {
+			return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, InARow: t.overflows.n,
+				Overflow: &t.overflows, InitScale: t.initScale(), LastCheckpoint: t.lastCheckpoint()}
+		}
+	default:
+		if t.skipsInARow++; t.skipsInARow >= maxSkipsInARow || int64(t.skipsInARow) == t.state.MaxSteps {
+			return r, &NonFiniteError{Step: t.state.Step + 1, Loss: r.Loss, GradNorm: r.GradNorm, Weights: weights, InARow: t.skipsInARow,
+				LastCheckpoint: t.lastCheckpoint()}
+		}
 	}
 	r.Skipped = !ok
 	if t.cfg.Data.SkipBadFiles {
@@ -485,7 +469,7 @@ func (t *Trainer) validate() error {
 	}
 	vm := validation.New(t.eng.m, t.cfg)
 	skipped := []float64{0}
-	for range n {
+	for k := range n {
 		b, err := t.val.Next()
 		if err != nil {
 			return &DataError{Err: err, Validation: true, cursor: t.cursor}
@@ -496,6 +480,12 @@ func (t *Trainer) validate() error {
 			break
 		}
 		skipped[0] += float64(b.Skipped)
+		// The sample that pads this rank's shard is counted by the rank
+		// whose it is: the job's metrics are each sample once, at any
+		// world size.
+		if t.valPad >= 0 && k == t.val.BatchesPerEpoch()-1 && dropLastRow(b, t.valPad) {
+			continue
+		}
 		rows, err := t.eng.evalData.load(b, t.eng.allEval)
 		if err != nil {
 			return err
@@ -533,6 +523,33 @@ func (t *Trainer) validate() error {
 	return t.callbacks.OnValidationEnd(&t.state, out)
 }
 
+// dropLastRow removes the batch's last row when it is dataset sample idx
+// (the loader's buffers are resized on their next fill); it reports
+// whether the batch is then empty.
+func dropLastRow(b *data.Batch, idx int) bool {
+	rows := len(b.Indices)
+	if rows == 0 || b.Indices[rows-1] != idx {
+		return rows == 0
+	}
+	for _, x := range b.Tensors {
+		if len(x.Shape) == 0 || x.Shape[0] != rows {
+			continue
+		}
+		keep := x.Len() / rows * (rows - 1)
+		switch x.DType {
+		case data.Float32:
+			x.F32 = x.F32[:keep]
+		case data.Int64:
+			x.I64 = x.I64[:keep]
+		case data.Uint8:
+			x.U8 = x.U8[:keep]
+		}
+		x.Shape[0] = rows - 1
+	}
+	b.Indices = b.Indices[:rows-1]
+	return rows == 1
+}
+
 // Snapshot implements callback.Snapshotter: the device state streamed to
 // host bytes, and the loop's position.
 func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Tensor, error) {
@@ -556,150 +573,6 @@ func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Ten
 		}
 	}
 	return st, t.eng.tensors(), nil
-}
-
-// abbreviate lists the first few names and how many more.
-func abbreviate(names []string) string {
-	if len(names) <= 6 {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s, ... %d more", strings.Join(names[:6], ", "), len(names)-6)
-}
-
-// restore continues from the checkpoint in dir: tensors back onto the
-// device, step, epoch, loader position, schedule and callback state.
-func (t *Trainer) restore(dir string, log io.Writer) error {
-	ck, err := checkpoint.Load(dir)
-	if err != nil {
-		return fmt.Errorf("resume from %s: %w", dir, err)
-	}
-	defer ck.Close()
-	st := ck.State
-	added, err := resumable(t.cfg, dir, st.ConfigHash, st.Config)
-	if err != nil {
-		return err
-	}
-	// A class folder added or renamed since shifts the labels after it:
-	// the weights would go on learning the old classes under new numbers.
-	if len(st.Classes) > 0 && t.classes != nil && !slices.Equal(st.Classes, t.classes) {
-		return &config.Error{Key: "data.train", Msg: fmt.Sprintf("%s's class folders (%d: %s) are not those the checkpoint %s trained on (%d: %s): labels would change meaning; restore the folders, or start a new run (model.init_weights = the checkpoint)",
-			t.cfg.Data.Train, len(t.classes), abbreviate(t.classes), dir, len(st.Classes), abbreviate(st.Classes))}
-	}
-	fresh, err := t.eng.restore(ck.Tensors, added)
-	if err != nil {
-		return fmt.Errorf("resume from %s: %w", dir, err)
-	}
-	if len(added) > 0 && log != nil {
-		fmt.Fprintf(log, "ortrain: resuming step %d with modules the checkpoint has not (%s): %d parameters start from their initial values, their optimizer state from zero; the rest continues\n",
-			st.Step, strings.Join(added, ", "), fresh)
-	}
-	var ss schedState
-	if err := json.Unmarshal(st.Scheduler, &ss); err != nil {
-		return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "scheduler: " + err.Error()}
-	}
-	if err := json.Unmarshal(st.Loader, &t.cursor); err != nil {
-		return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "loader: " + err.Error()}
-	}
-	if err := t.rescaleCursor(dir, st.Config); err != nil {
-		return err
-	}
-	if err := t.train.Resume(t.cursor); err != nil {
-		return err
-	}
-	if t.scaler != nil {
-		if err := json.Unmarshal(st.LossScaler, t.scaler); err != nil {
-			return &checkpoint.CorruptError{Path: filepath.Join(dir, checkpoint.StateFile), Msg: "loss_scaler: " + err.Error()}
-		}
-	}
-	t.sched, t.updates = ss.Schedule, ss.Updates
-	t.state.Step, t.state.Epoch = st.Step, int64(t.cursor.Epoch)
-	// The schedule continues as the checkpoint planned it (a resume is
-	// the same run); a longer run is said to train past its end.
-	if sc := t.sched; sc.Name != "constant" && sc.TotalSteps > 0 && t.state.MaxSteps > sc.TotalSteps && log != nil {
-		fmt.Fprintf(log, "ortrain: the learning-rate schedule continues as the run began it, %s over %d steps: steps %d to %d train at its final LR, %g; to decay over the longer run, start a new run from this checkpoint's weights (model.init_weights)\n",
-			sc.Name, sc.TotalSteps, max(sc.TotalSteps, st.Step)+1, t.state.MaxSteps, sc.LR(sc.TotalSteps))
-	}
-	return t.callbacks.Restore(st.Callbacks)
-}
-
-// rescaleCursor converts the loader position saved by a run that split
-// its steps into other per-device batches or another number of devices
-// (the same samples per step: the configuration check saw to it): the
-// position counts one rank's batches, so it scales by batch × devices.
-func (t *Trainer) rescaleCursor(dir, saved string) error {
-	old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile))
-	if err != nil {
-		return nil // the configuration check parsed it already
-	}
-	was := old.Data.BatchSize * old.Trainer.WorldSize()
-	now := t.cfg.Data.BatchSize * t.cfg.Trainer.WorldSize()
-	if was == now {
-		return nil
-	}
-	samples := t.cursor.Position * was
-	if samples%now != 0 {
-		return &config.Error{Source: dir, Key: "resume", Msg: fmt.Sprintf("the checkpoint stopped %d samples into its epoch, which %d-sample rounds (data.batch_size × devices) do not divide", samples, now)}
-	}
-	t.cursor.Position = samples / now
-	return nil
-}
-
-// configChanged explains why a checkpoint cannot be resumed with this
-// configuration, naming the keys that differ.
-// CheckResume refuses, before anything is written, a resume from the
-// checkpoint in dir under a configuration that changes the computation.
-func CheckResume(c *config.Config, dir string) error {
-	st, err := checkpoint.ReadState(dir)
-	if err != nil {
-		return fmt.Errorf("resume from %s: %w", dir, err)
-	}
-	if m := c.Trainer.MaxSteps; m > 0 && st.Step >= m {
-		return &config.Error{Key: "trainer.max_steps", Msg: fmt.Sprintf("%d: the checkpoint %s is at step %d already, so nothing would train; raise trainer.max_steps to continue", m, dir, st.Step)}
-	}
-	_, err = resumable(c, dir, st.ConfigHash, st.Config)
-	return err
-}
-
-// resumable checks a checkpoint's configuration (hash and TOML, as its
-// state records them) against c: the same computation, or c only adds
-// modules the recipe can initialise afresh, whose name prefixes it
-// returns (models.Added: discriminators turned on after an L1 stage).
-func resumable(c *config.Config, dir, hash, saved string) (added []string, err error) {
-	now, err := c.Hash()
-	if err != nil {
-		return nil, err
-	}
-	if hash == now {
-		return nil, nil
-	}
-	old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile))
-	if err == nil {
-		// The saved configuration hashed as this version hashes (a
-		// checkpoint from before a change in what the hash covers).
-		if h, herr := old.Hash(); herr == nil && h == now {
-			return nil, nil
-		}
-	}
-	if err == nil && c.Model.Recipe != "" && old.Model.Recipe == c.Model.Recipe {
-		if diff, err := config.Diff(old, c); err == nil && !slices.ContainsFunc(diff, func(k string) bool {
-			return !strings.HasPrefix(k, "model.params.") && !strings.HasSuffix(k, "(volatile)")
-		}) {
-			if added, ok := models.Added(c.Model.Recipe, old.Model.Params, c.Model.Params); ok {
-				return added, nil
-			}
-		}
-	}
-	return nil, configChanged(dir, saved, c)
-}
-
-func configChanged(dir, saved string, now *config.Config) error {
-	msg := "the configuration changes the computation since the checkpoint; start a new run or restore the keys"
-	if old, err := config.Parse([]byte(saved), filepath.Join(dir, checkpoint.StateFile)); err == nil {
-		if diff, err := config.Diff(old, now); err == nil && len(diff) > 0 {
-			msg += fmt.Sprintf(" %v", diff)
-		}
-	}
-	return &config.Error{Source: dir, Key: "resume", Msg: msg}
 }
 
 func (t *Trainer) lastCheckpoint() string {
@@ -727,12 +600,7 @@ func (t *Trainer) setupCallbacks(o Options) error {
 	}
 	resumeStep := int64(-1)
 	if o.Resume != "" {
-		st, err := checkpoint.Load(o.Resume)
-		if err != nil {
-			return fmt.Errorf("resume from %s: %w", o.Resume, err)
-		}
-		resumeStep = st.State.Step
-		st.Close()
+		resumeStep = t.state.Step // restored
 		if aside := mgr.Resume(resumeStep); len(aside) > 0 && o.Progress != nil {
 			fmt.Fprintf(o.Progress, "ortrain: %d checkpoints after step %d (the branch this resume leaves) stay on disk, out of top-k and \"last\": %s ...\n",
 				len(aside), resumeStep, aside[0].Dir)
@@ -844,8 +712,27 @@ type NonFiniteError struct {
 	// Weights: the loss and gradients were finite, the new weights not.
 	Weights bool
 	// InARow is set when skip_nonfinite skipped this many steps in a row.
-	InARow         int
+	InARow int
+	// Overflow is set when float16 gradients overflowed at every loss
+	// scale down to precision.MinScale; InitScale is the first scale.
+	Overflow       *overflowRun
+	InitScale      float64
 	LastCheckpoint string // the newest whole checkpoint, "" if none
+}
+
+// overflowRun is a streak of float16 overflows: n steps skipped, at loss
+// scales from `from` halving down to `to`.
+type overflowRun struct {
+	n        int
+	from, to float64
+}
+
+// initScale is the float16 run's first loss scale.
+func (t *Trainer) initScale() float64 {
+	if v := t.cfg.Trainer.LossScaleInit; v > 0 {
+		return v
+	}
+	return precision.DefaultInitScale
 }
 
 // Error says what was not finite and where to resume from.
@@ -857,6 +744,11 @@ func (e *NonFiniteError) Error() string {
 	what := fmt.Sprintf("loss %g, gradient norm %g: not finite", e.Loss, e.GradNorm)
 	if e.Weights {
 		what = fmt.Sprintf("loss %g and gradient norm %g are finite, but the update would make weights infinite or NaN", e.Loss, e.GradNorm)
+	}
+	if o := e.Overflow; o != nil {
+		return fmt.Sprintf("step %d: float16 gradients overflowed at every loss scale from %g down to %g (%d steps in a row skipped; the last with loss %g); stopped (%s). "+
+			"Below %g no loss scale helps (trainer.loss_scale_init = %g only sets where it starts): the gradients are not finite even unscaled; "+
+			"lower optimizer.lr, set trainer.gradient_clip_val, check the data, or train in trainer.precision = \"bf16-mixed\"", e.Step, o.from, o.to, o.n, e.Loss, last, precision.MinScale, e.InitScale)
 	}
 	if e.InARow > 0 {
 		return fmt.Sprintf("step %d: %d steps in a row skipped (the last: %s); stopped (%s). "+

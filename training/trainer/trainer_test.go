@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ortrain/ortrain/eval"
@@ -345,6 +347,102 @@ func TestFloat16LossScaling(t *testing.T) {
 	}
 	equalTensors(t, filepath.Join(fullDir, "checkpoints", "last"), filepath.Join(partDir, "checkpoints", "last"))
 	t.Logf("%d steps skipped for overflow; loss %.3f -> %.3f", skips, full.results[0].Loss, full.results[len(full.results)-1].Loss)
+}
+
+// TestFloat16LossScaleBackoff: overflow skips while dynamic loss scaling
+// backs off from too large a loss_scale_init are GradScaler's normal
+// start, not a run that no longer learns: a run shorter than the back-off
+// ends normally, saying every step was skipped and naming
+// trainer.loss_scale_init and the scales tried; a back-off longer than
+// the 100 skips in a row that stop a failing run trains on once the
+// scale fits.
+func TestFloat16LossScaleBackoff(t *testing.T) {
+	orttest.Init(t)
+	dir, err := mkdirTemp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := filepath.Join(dir, "mlp16-backoff")
+	if _, err := artifacts.Build(artifacts.Options{Graph: mlp(rand.New(rand.NewPCG(1, 2))), Out: art, Loss: "cross_entropy",
+		Precision: ort.Float16, Probe: precision.NewProbe(ort.Options{}, graph.EmitOpset)}); err != nil {
+		t.Fatal(err)
+	}
+	short := &recorder{}
+	c := testConfig(t, art, `trainer.precision="16-mixed"`, "trainer.loss_scale_init=4294967296", "trainer.max_steps=6", "trainer.skip_nonfinite=false")
+	if _, err := run(t, c, "", "", short); err != nil {
+		t.Fatalf("6 steps backing off from 2^32: %v", err)
+	}
+	for i, r := range short.results {
+		if !r.Skipped || !finite(r.Loss) {
+			t.Errorf("step %d: skipped %v, loss %v; want an overflow skip with a finite loss", i+1, r.Skipped, r.Loss)
+		}
+	}
+	if !strings.Contains(short.stopReason, "trainer.loss_scale_init = 4.294967296e+09") || !strings.Contains(short.stopReason, "all 6 steps were skipped for float16 overflow") {
+		t.Errorf("end of a run that only backed off: %q", short.stopReason)
+	}
+
+	long := &recorder{}
+	c = testConfig(t, art, `trainer.precision="16-mixed"`, "trainer.loss_scale_init=1.7e38", "trainer.max_steps=140", "trainer.val_check_interval=1000",
+		"trainer.checkpoint_every_n_steps=0")
+	if _, err := run(t, c, "", "", long); err != nil {
+		t.Fatalf("backing off from 1.7e38: %v", err)
+	}
+	skips := 0
+	for _, r := range long.results {
+		if !r.Skipped {
+			break
+		}
+		skips++
+	}
+	if skips <= maxSkipsInARow || skips == len(long.results) {
+		t.Errorf("%d of %d steps skipped in a row from 1.7e38; want more than %d, then training", skips, len(long.results), maxSkipsInARow)
+	}
+	t.Logf("from 1.7e38: %d overflow skips, then the scale fit (%g)", skips, long.results[skips].Metrics["train/loss_scale"])
+
+	e := &NonFiniteError{Step: 40, Loss: 0.2, GradNorm: math.NaN(), InARow: 41, Overflow: &overflowRun{41, 65536, 0x1p-24}, InitScale: 65536}
+	if msg := e.Error(); !strings.Contains(msg, "every loss scale from 65536 down to 5.96") || !strings.Contains(msg, "trainer.loss_scale_init = 65536") {
+		t.Errorf("overflow at the scale's floor: %s", msg)
+	}
+}
+
+// TestResumeRefusalNamesWhatMatters: a resume refused for a changed
+// computation lists only the keys to restore (not the run length or
+// [runtime], which a resume may change), says the samples-per-step
+// arithmetic when that is what changed, and points at model.init_weights
+// for going on from the weights under the new configuration; the same
+// samples per step split otherwise resumes.
+func TestResumeRefusalNamesWhatMatters(t *testing.T) {
+	art := mlpArtifacts(t)
+	dir, err := run(t, testConfig(t, art, "trainer.max_steps=4", "trainer.val_check_interval=1000"), "", "", &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(dir, "checkpoints", "last")
+	for _, tc := range []struct {
+		sets      []string
+		want, not []string
+	}{
+		{[]string{`trainer.precision="bf16-mixed"`}, []string{"restore trainer.precision;", "model.init_weights"}, []string{"volatile", "max_steps", "use_tf32"}},
+		{[]string{"data.batch_size=4"}, []string{"from 16 (1 rank × 8 × 2 accumulated) to 8 (1 rank × 4 × 2 accumulated)", "model.init_weights"}, []string{"volatile", "restore"}},
+		{[]string{"data.batch_size=4", "trainer.devices=3", "optimizer.lr=0.5"}, []string{"from 16 (1 rank × 8 × 2 accumulated) to 24 (3 ranks × 4 × 2 accumulated)", "restore optimizer.lr;"}, []string{"volatile", "trainer.devices,"}},
+		{[]string{"data.batch_size=4", "trainer.devices=2"}, nil, nil},
+	} {
+		err := CheckResume(testConfig(t, art, append([]string{"trainer.max_steps=6"}, tc.sets...)...), ck)
+		if (err == nil) != (tc.want == nil) {
+			t.Errorf("%v: %v", tc.sets, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v; want %q", tc.sets, err, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v; names %q", tc.sets, err, w)
+			}
+		}
+	}
 }
 
 // TestNonFiniteWeights: finite loss and gradients, but an update that
@@ -897,5 +995,108 @@ func TestEpochOfAStep(t *testing.T) {
 	want := []int64{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}
 	if !slices.Equal(epochs, want) {
 		t.Errorf("epochs by step %v, want %v", epochs, want)
+	}
+}
+
+// TestValidationShardsCountEachSampleOnce: with a validation set that
+// does not divide over the ranks, each rank's loader pads its shard (as
+// DistributedSampler does) and the rank drops that repeated sample from
+// its last batch before summing, so that over the ranks every sample
+// counts exactly once, whatever the world size and batch size.
+func TestValidationShardsCountEachSampleOnce(t *testing.T) {
+	for _, n := range []int{1, 4, 7, 11, 12} {
+		for world := 1; world <= 5; world++ {
+			for _, bs := range []int{1, 2, 3} {
+				seen := make([]int, n)
+				for rank := range world {
+					l, err := data.New(newBlobs(n, 1), data.Config{BatchSize: bs, Workers: 1, Prefetch: 1, MaxBytes: 1 << 30, Rank: rank, WorldSize: world})
+					if err != nil {
+						t.Fatal(err)
+					}
+					pad := paddedIndex(n, rank, world)
+					for k := range l.BatchesPerEpoch() {
+						b, err := l.Next()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if pad >= 0 && k == l.BatchesPerEpoch()-1 && dropLastRow(b, pad) {
+							continue
+						}
+						for _, x := range b.Tensors {
+							per := 1
+							for _, d := range x.Shape[1:] {
+								per *= d
+							}
+							if x.Shape[0] != len(b.Indices) || x.Len() != len(b.Indices)*per {
+								t.Errorf("n %d world %d: tensor %s%v holds %d values for %d rows", n, world, x.Name, x.Shape, x.Len(), len(b.Indices))
+							}
+						}
+						for _, i := range b.Indices {
+							seen[i]++
+						}
+					}
+					l.Close()
+				}
+				for i, c := range seen {
+					if c != 1 {
+						t.Errorf("%d samples over %d ranks in batches of %d: sample %d counted %d times", n, world, bs, i, c)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestUnevenShardsSaid: the line a data-parallel run prints at start when
+// its sets do not divide over the ranks.
+func TestUnevenShardsSaid(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t))
+	for _, tc := range []struct {
+		train, val, world int
+		shards            bool
+		want              string
+	}{
+		{12, 4, 2, true, ""},
+		{11, 4, 2, true, "11 training samples over 2 ranks: 1 repeated each epoch"},
+		{12, 4, 3, true, "4 validation samples over 3 ranks: 2 ranks validate one repeated sample each, left out of the metrics"},
+		{12, 4, 3, false, ""},
+		{12, 4, 64, true, "12 training samples over 64 ranks: 52 repeated each epoch"},
+	} {
+		got := unevenShards(c, newBlobs(tc.train, 1), newBlobs(tc.val, 2), tc.world, tc.shards)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%d/%d samples over %d ranks: %q, want %q", tc.train, tc.val, tc.world, got, tc.want)
+		}
+	}
+}
+
+// diskFull fails from step failAt on with ENOSPC, as a logger on a full
+// disk does, and again when closed at the end.
+type diskFull struct{ failAt int64 }
+
+var errDiskFull = &os.PathError{Op: "write", Path: "events.out.tfevents.x", Err: syscall.ENOSPC}
+
+func (d *diskFull) OnTrainStart(*callback.State) error { return nil }
+func (d *diskFull) OnStepEnd(s *callback.State, _ callback.StepResult) error {
+	if s.Step >= d.failAt {
+		return errDiskFull
+	}
+	return nil
+}
+func (d *diskFull) OnValidationEnd(*callback.State, map[string]float64) error { return nil }
+func (d *diskFull) OnTrainEnd(*callback.State) error                          { return errDiskFull }
+
+// TestDiskFullNamesResumePoint: a run stopped by a full disk says so once
+// (not again for the logger's close), and names the newest whole
+// checkpoint to --resume from.
+func TestDiskFullNamesResumePoint(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.max_steps=40", "trainer.checkpoint_every_n_steps=4")
+	tr, rd := build(t, c, "", "", []callback.Callback{&diskFull{failAt: 7}})
+	err := tr.Run(context.Background())
+	want, _ := checkpoint.Latest(filepath.Join(rd.Path, "checkpoints"))
+	if err == nil || strings.Count(err.Error(), "no space left on device") != 1 || !strings.HasSuffix(err.Error(), "--resume "+want+")") {
+		t.Errorf("a full disk at step 7: %v; want it said once, naming %s", err, want)
+	}
+	if st, err := checkpoint.ReadState(want); err != nil || st.Step >= 7 {
+		t.Errorf("the checkpoint named: step %d, %v; want one before step 7", st.Step, err)
 	}
 }

@@ -111,6 +111,73 @@ func parseDescr(d string) (elem, error) {
 	return e, nil
 }
 
+// Type is an element type as an .npy header names it (Header.Descr).
+type Type struct {
+	// Kind is NumPy's kind character: 'f' float, 'i' signed integer,
+	// 'u' unsigned integer, 'b' bool.
+	Kind byte
+	// Size is the size of an element in bytes.
+	Size  int
+	Order binary.ByteOrder
+}
+
+// ParseType reads a type string ("<f4", ">i8", "|b1"): the numeric types
+// Read reads; others (complex, strings, objects) are an error.
+func ParseType(descr string) (Type, error) {
+	e, err := parseDescr(descr)
+	if err != nil {
+		return Type{}, err
+	}
+	return Type{Kind: descr[1], Size: e.size, Order: e.order}, nil
+}
+
+// DecodeHeader reads an array's header from r, a stream of size bytes
+// holding the whole .npy file (a member of an .npz archive, say), and
+// checks that the stream holds the data it declares; name is used in
+// errors. r is left at the start of the data.
+func DecodeHeader(name string, r io.Reader, size int64) (Header, error) {
+	h, err := readHeader(name, r)
+	if err != nil {
+		return h, err
+	}
+	return h, checkSize(name, h, size)
+}
+
+// ReadData reads the data of the array h describes from r, which stands
+// at its start, as raw elements (h's type, in its byte order) in C order:
+// a Fortran-order array's elements are moved where C order puts them.
+// The caller has checked with DecodeHeader or ReadHeader that the file
+// holds them.
+func ReadData(name string, h Header, r io.Reader) ([]byte, error) {
+	e, err := parseDescr(h.Descr)
+	if err != nil {
+		return nil, &Error{name, err.Error()}
+	}
+	n := h.Len()
+	out := make([]byte, n*int64(e.size))
+	if !h.FortranOrder || len(h.Shape) < 2 || n == 0 {
+		if _, err := io.ReadFull(r, out); err != nil {
+			return nil, &Error{name, fmt.Sprintf("truncated: the %v array of %s ends early", h.Shape, h.Descr)}
+		}
+		return out, nil
+	}
+	place := newCOrder(h.Shape)
+	size := int64(e.size)
+	buf := make([]byte, 1<<16/e.size*e.size)
+	for i := int64(0); i < n; {
+		m := min(int64(len(buf))/size, n-i)
+		if _, err := io.ReadFull(r, buf[:m*size]); err != nil {
+			return nil, &Error{name, fmt.Sprintf("truncated: the %v array of %s ends after %d of %d elements", h.Shape, h.Descr, i, n)}
+		}
+		for j := range m {
+			at := place.next() * size
+			copy(out[at:at+size], buf[j*size:(j+1)*size])
+		}
+		i += m
+	}
+	return out, nil
+}
+
 // ReadHeader reads the header of the .npy file at path.
 func ReadHeader(path string) (Header, error) {
 	if abs, err := filepath.Abs(path); err == nil {
@@ -370,6 +437,17 @@ func (c *cOrder) next() int64 {
 // Write saves data as a little-endian float32 array of shape in C order
 // (format version 1, as np.save writes it), replacing path atomically.
 func Write(path string, shape []int, data []float32) error {
+	raw := make([]byte, 4*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	return safefile.WriteBytes(path, true, Encode("<f4", false, shape, raw))
+}
+
+// Encode is the .npy file (format version 1, as np.save writes it) of an
+// array of type descr and shape whose elements raw holds, in Fortran
+// order when fortran is set, else in C order.
+func Encode(descr string, fortran bool, shape []int, raw []byte) []byte {
 	dims := make([]string, len(shape))
 	for i, d := range shape {
 		dims[i] = strconv.Itoa(d)
@@ -378,7 +456,11 @@ func Write(path string, shape []int, data []float32) error {
 	if len(shape) == 1 {
 		tuple += ","
 	}
-	dict := fmt.Sprintf("{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", tuple)
+	order := "False"
+	if fortran {
+		order = "True"
+	}
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }", descr, order, tuple)
 	// Pad with spaces and a newline so that the data starts on a multiple
 	// of 64 bytes, as NumPy does.
 	pad := 64 - (10+len(dict)+1)%64
@@ -391,10 +473,6 @@ func Write(path string, shape []int, data []float32) error {
 	b.Write([]byte{1, 0})
 	binary.Write(&b, binary.LittleEndian, uint16(len(dict)))
 	b.WriteString(dict)
-	raw := make([]byte, 4*len(data))
-	for i, v := range data {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
-	}
 	b.Write(raw)
-	return safefile.WriteBytes(path, true, b.Bytes())
+	return b.Bytes()
 }
