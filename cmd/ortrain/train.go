@@ -72,8 +72,25 @@ func trainAction(c *cli.Context) error {
 	if err := cfg.Resolve(); err != nil {
 		return err
 	}
+	if err := adoptArtifacts(cfg); err != nil {
+		return err
+	}
 	_, err = train(c, cfg, c.String("resume"), c.String("run-dir"), c.Bool("overwrite"))
 	return err
+}
+
+// adoptArtifacts gives a run on prebuilt artifacts (model.artifacts) their
+// optimizer settings where the config leaves them unset, before the run's
+// config.toml is written (setup.AdoptOptimizer).
+func adoptArtifacts(cfg *config.Config) error {
+	if cfg.Model.Artifacts == "" {
+		return nil
+	}
+	m, err := artifacts.Load(cfg.Model.Artifacts)
+	if err != nil {
+		return &config.Error{Key: "model.artifacts", Msg: fmt.Sprintf("%s: %v", cfg.Model.Artifacts, err)}
+	}
+	return setup.AdoptOptimizer(cfg, m)
 }
 
 // train runs a resolved configuration: a new version directory, or the one

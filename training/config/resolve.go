@@ -61,6 +61,13 @@ func (c *Config) Resolve() error {
 	if len(m.InputShapes) > 0 && m.Artifacts != "" {
 		bad("model.input_shapes", "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) keep their shapes (ortrain artifacts build --input-shape)")
 	}
+	if m.Artifacts != "" && (len(m.Frozen) > 0 || len(m.Trainable) > 0) {
+		key := "model.trainable"
+		if len(m.Frozen) > 0 {
+			key = "model.frozen"
+		}
+		bad(key, "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) train what they were built to train (ortrain artifacts build --frozen/--trainable)")
+	}
 	for name, dims := range m.InputShapes {
 		for _, d := range dims {
 			if d < 1 && d != -1 {

@@ -253,6 +253,17 @@ func Make(c *config.Config) (*Plan, error) {
 // model fills Model and returns a manifest whose Data lists the model's
 // data inputs, as far as setup.Datasets needs them.
 func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
+	// Prebuilt artifacts bring their optimizer: described as it trains.
+	var prebuilt *artifacts.Manifest
+	if dir := c.Model.Artifacts; dir != "" {
+		var err error
+		if prebuilt, err = artifacts.Load(dir); err != nil {
+			return nil, &config.Error{Key: "model.artifacts", Msg: fmt.Sprintf("%s: %v", dir, err)}
+		}
+		if err := setup.AdoptOptimizer(c, prebuilt); err != nil {
+			return nil, err
+		}
+	}
 	mc, o := c.Model, c.Optimizer
 	pm := &p.Model
 	pm.Optimizer, pm.StateCopies = o.Name, 8
@@ -277,10 +288,7 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 	switch {
 	case mc.Artifacts != "":
 		pm.Source = "artifacts " + mc.Artifacts
-		var err error
-		if m, err = artifacts.Load(mc.Artifacts); err != nil {
-			return nil, &config.Error{Key: "model.artifacts", Msg: fmt.Sprintf("%s: %v", mc.Artifacts, err)}
-		}
+		m = prebuilt
 		pm.Params = m.ParamCount()
 	case mc.ONNX != "":
 		pm.Source = "onnx " + mc.ONNX

@@ -345,6 +345,9 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		if err := matches(mc.Artifacts, m); err != nil {
 			return "", nil, err
 		}
+		if err := sameLoss(mc.Loss, mc.Artifacts, m); err != nil {
+			return "", nil, err
+		}
 		return mc.Artifacts, m, nil
 	}
 	if mc.ONNX == "" && mc.Recipe == "" {
@@ -412,6 +415,37 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		return "", nil, fmt.Errorf("building artifacts from %s: %w", source, err)
 	}
 	return out, m, nil
+}
+
+// sameLoss refuses a model.loss other than the default that differs from
+// the loss prebuilt artifacts were built with: their training graph has
+// it baked in, and the key would be ignored.
+func sameLoss(modelLoss, dir string, m *artifacts.Manifest) error {
+	if modelLoss == "" || modelLoss == config.Default().Model.Loss {
+		return nil
+	}
+	want, err := loss.Parse(loss.FlagFor(modelLoss))
+	if err != nil {
+		return &config.Error{Key: "model.loss", Msg: err.Error()}
+	}
+	first := ""
+	if len(m.Outputs) > 0 {
+		first = m.Outputs[0]
+	}
+	got := m.LossSpec
+	if want.Kind == got.Kind && (want.Kind == loss.Output && want.Output == got.Output || want.Kind != loss.Output && cmp.Or(want.Output, first) == cmp.Or(got.Output, first)) {
+		return nil
+	}
+	return &config.Error{Key: "model.loss", Msg: fmt.Sprintf("%q differs from the loss the artifacts in %s were built with (%s): prebuilt artifacts keep theirs (rebuild with ortrain artifacts build --loss)",
+		modelLoss, abs(dir), loss.Describe(m.Outputs, got))}
+}
+
+// abs is path made absolute, for messages.
+func abs(path string) string {
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
 }
 
 // xyz turns the config's [D, H, W] (tensor order) into the volumes

@@ -128,7 +128,7 @@ func New(o Options) (t *Trainer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("model artifacts %s: %w", o.Artifacts, err)
 	}
-	if err := checkOptimizer(c, m); err != nil {
+	if err := setup.AdoptOptimizer(c, m); err != nil {
 		return nil, err
 	}
 	t = &Trainer{cfg: c, accum: c.Trainer.AccumulateGradBatches, clip: c.Trainer.GradientClipVal, lastGood: o.Resume, comm: o.Comm}
@@ -668,37 +668,6 @@ func loaders(c *config.Config, train, val data.Dataset, comm *collective.Comm, v
 func checkCompatible(c *config.Config) error {
 	if c.Trainer.GradientClipVal > 0 && c.Trainer.GradientClipAlgorithm != "norm" {
 		return &config.Error{Key: "trainer.gradient_clip_algorithm", Msg: fmt.Sprintf("%q: optimizer.onnx clips by global norm only; use \"norm\" or gradient_clip_val = 0", c.Trainer.GradientClipAlgorithm)}
-	}
-	return nil
-}
-
-// checkOptimizer compares the optimizer baked into optimizer.onnx with the
-// config: a setting the user gave that the graph does not have is an error,
-// since it would silently not apply.
-func checkOptimizer(c *config.Config, m *artifacts.Manifest) error {
-	o, g := c.Optimizer, m.Optimizer.Config
-	check := []struct {
-		key       string
-		cfg, have any
-	}{
-		{"optimizer.name", o.Name, g.Kind},
-		{"optimizer.weight_decay", o.WeightDecay, g.WeightDecay},
-		{"optimizer.momentum", o.Momentum, g.Momentum},
-		{"optimizer.nesterov", o.Nesterov, g.Nesterov},
-		{"optimizer.eps", o.Eps, g.Eps},
-		{"optimizer.decay_bias_and_norm", o.DecayBiasAndNorm, g.NoDecay != nil && len(g.NoDecay) == 0},
-		{"optimizer.ema_decay", o.EMADecay, g.EMADecay},
-	}
-	if len(o.Betas) == 2 {
-		check = append(check, struct {
-			key       string
-			cfg, have any
-		}{"optimizer.betas", fmt.Sprint(o.Betas), fmt.Sprint([]float64{g.Beta1, g.Beta2})})
-	}
-	for _, k := range check {
-		if c.IsSet(k.key) && k.cfg != k.have {
-			return &config.Error{Key: k.key, Msg: fmt.Sprintf("%v, but the artifacts' optimizer.onnx has %v baked in; rebuild the artifacts or drop the key", k.cfg, k.have)}
-		}
 	}
 	return nil
 }
