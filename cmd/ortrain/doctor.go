@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -79,7 +81,7 @@ func doctor(c *cli.Context) error {
 	}
 	switch {
 	case !contains(providers, "CUDAExecutionProvider"):
-		fmt.Fprintf(w, "%-14s not available: this ONNX Runtime has no CUDA provider (a CUDA build: set $%s)\n", dev, ort.LibraryEnv)
+		fmt.Fprintf(w, "%-14s not available: %s\n", dev, noCUDAProvider())
 	default:
 		if err := ort.CheckDevice(dev, ort.Options{}); err != nil {
 			msg := shortORTError(err)
@@ -105,8 +107,7 @@ func usableDevice(key string, opts ort.Options) error {
 	}
 	providers, _ := ort.AvailableProviders()
 	if !contains(providers, "CUDAExecutionProvider") {
-		return &config.Error{Key: key, Msg: fmt.Sprintf("%v: this ONNX Runtime (%s) has no CUDA provider: point $%s at a CUDA build (README: Setting up; ortrain doctor --device %v checks it), or train on \"cpu\"",
-			opts.Device, ort.LibraryPath(), ort.LibraryEnv, opts.Device)}
+		return &config.Error{Key: key, Msg: fmt.Sprintf("%v: %s (ortrain doctor --device %v checks it), or train on \"cpu\"", opts.Device, noCUDAProvider(), opts.Device)}
 	}
 	if err := ort.CheckDevice(opts.Device, ort.Options{}); err != nil {
 		return &config.Error{Key: key, Msg: fmt.Sprintf("%v is not usable with %s: %s (ortrain doctor --device %v says more)", opts.Device, ort.LibraryPath(), shortORTError(err), opts.Device)}
@@ -130,4 +131,18 @@ func shortORTError(err error) string {
 		msg = msg[i+len("FAIL : "):]
 	}
 	return strings.TrimSpace(msg)
+}
+
+// noCUDAProvider says why the loaded ONNX Runtime cannot train on a GPU
+// when CUDA is not among its providers. A CUDA provider library beside a
+// CPU-only core (the com.github.asus4.onnxruntime npm packages) is one ONNX
+// Runtime offers only through its plugin execution-provider API
+// (RegisterExecutionProviderLibrary), which ortrain does not use yet.
+func noCUDAProvider() string {
+	lib := ort.LibraryPath()
+	msg := fmt.Sprintf("this ONNX Runtime (%s) lists no CUDA provider", lib)
+	if _, err := os.Stat(filepath.Join(filepath.Dir(lib), "libonnxruntime_providers_cuda.so")); err == nil {
+		msg += "; the libonnxruntime_providers_cuda.so beside it is a plugin for ONNX Runtime's execution-provider library API, which ortrain does not load yet"
+	}
+	return msg + fmt.Sprintf(": point $%s at an ONNX Runtime built with CUDA (the official onnxruntime-linux-x64-gpu release's lib/libonnxruntime.so.1)", ort.LibraryEnv)
 }
