@@ -202,7 +202,15 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 			return nil, err
 		}
 	}
+	plugin := ""
 	if opts.Device.CUDA {
+		plugin = CUDAPlugin()
+	}
+	if plugin != "" {
+		if err := appendCUDAPlugin(so, plugin, opts); err != nil {
+			return nil, err
+		}
+	} else if opts.Device.CUDA {
 		keys, values := opts.CUDAProviderOptions()
 		ck, cv := cStrings(keys), cStrings(values)
 		err := check(C.ortrain_append_cuda(so, &ck[0], &cv[0], C.size_t(len(keys))))

@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -80,12 +78,16 @@ func doctor(c *cli.Context) error {
 		fmt.Fprintf(w, "nccl           ok: %s %s (data parallel: gradients of GPU ranks)\n", lib, version)
 	}
 	switch {
-	case !contains(providers, "CUDAExecutionProvider"):
+	case !contains(providers, "CUDAExecutionProvider") && ort.CUDAPlugin() == "":
 		fmt.Fprintf(w, "%-14s not available: %s\n", dev, noCUDAProvider())
 	default:
 		if err := ort.CheckDevice(dev, ort.Options{}); err != nil {
 			msg := shortORTError(err)
-			if strings.Contains(msg, "Failed to load library") {
+			switch {
+			case strings.Contains(msg, "Failed to load library") && ort.CUDAPlugin() != "":
+				// The plugin is there; what it links against is not.
+				msg = "the CUDA provider plugin does not load (" + msg + "): it needs the CUDA runtime, cuBLAS and cuDNN of its CUDA version on the library path (LD_LIBRARY_PATH)"
+			case strings.Contains(msg, "Failed to load library"):
 				// The CPU builds on npm list CUDA among their providers but
 				// ship none of its libraries.
 				msg = "this ONNX Runtime has no CUDA provider library beside it (" + msg + "); set $" + ort.LibraryEnv + " to a CUDA build"
@@ -106,7 +108,7 @@ func usableDevice(key string, opts ort.Options) error {
 		return nil
 	}
 	providers, _ := ort.AvailableProviders()
-	if !contains(providers, "CUDAExecutionProvider") {
+	if !contains(providers, "CUDAExecutionProvider") && ort.CUDAPlugin() == "" {
 		return &config.Error{Key: key, Msg: fmt.Sprintf("%v: %s (ortrain doctor --device %v checks it), or train on \"cpu\"", opts.Device, noCUDAProvider(), opts.Device)}
 	}
 	if err := ort.CheckDevice(opts.Device, ort.Options{}); err != nil {
@@ -134,15 +136,9 @@ func shortORTError(err error) string {
 }
 
 // noCUDAProvider says why the loaded ONNX Runtime cannot train on a GPU
-// when CUDA is not among its providers. A CUDA provider library beside a
-// CPU-only core (the com.github.asus4.onnxruntime npm packages) is one ONNX
-// Runtime offers only through its plugin execution-provider API
-// (RegisterExecutionProviderLibrary), which ortrain does not use yet.
+// when CUDA is neither among its providers nor a plugin beside it
+// (ort.CUDAPlugin).
 func noCUDAProvider() string {
-	lib := ort.LibraryPath()
-	msg := fmt.Sprintf("this ONNX Runtime (%s) lists no CUDA provider", lib)
-	if _, err := os.Stat(filepath.Join(filepath.Dir(lib), "libonnxruntime_providers_cuda.so")); err == nil {
-		msg += "; the libonnxruntime_providers_cuda.so beside it is a plugin for ONNX Runtime's execution-provider library API, which ortrain does not load yet"
-	}
-	return msg + fmt.Sprintf(": point $%s at an ONNX Runtime built with CUDA (the official onnxruntime-linux-x64-gpu release's lib/libonnxruntime.so.1)", ort.LibraryEnv)
+	return fmt.Sprintf("this ONNX Runtime (%s) lists no CUDA provider and has no %s beside it: point $%s at an ONNX Runtime built with CUDA (the official onnxruntime-linux-x64-gpu release's lib/libonnxruntime.so.1), or at a CPU core with the CUDA provider plugin beside it",
+		ort.LibraryPath(), ort.CUDAPluginFile, ort.LibraryEnv)
 }
