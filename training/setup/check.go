@@ -3,7 +3,6 @@ package setup
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -159,9 +158,6 @@ func checkClasses(c *config.Config, m *artifacts.Manifest, key string, ds data.D
 	if key == "data.val" {
 		path = c.Data.Val
 	}
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
-	}
 	return &config.Error{Key: key, Msg: fmt.Sprintf("%s has %d class folders, but the model has %d outputs: the classes past %q (%s) have no output; remove those folders or build the model with %d classes",
-		path, len(names), m.Classes, names[m.Classes-1], strings.Join(names[m.Classes:min(len(names), m.Classes+5)], ", "), len(names))}
+		abs(path), len(names), m.Classes, names[m.Classes-1], strings.Join(names[m.Classes:min(len(names), m.Classes+5)], ", "), len(names))}
 }

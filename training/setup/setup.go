@@ -63,16 +63,15 @@ func datasets(c *config.Config, m *artifacts.Manifest, recorded []string) (train
 		if p.path == "" || d.Kind == config.KindSynthetic || PathExists(d.Kind, p.path) || (recorded != nil && p.key == "data.train") {
 			continue
 		}
-		abs, _ := filepath.Abs(p.path)
 		if d.Kind == config.KindTokens && tokens.IsPattern(p.path) {
-			return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: no file matches the pattern", abs)}
+			return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: no file matches the pattern", abs(p.path))}
 		}
 		_, err := os.Stat(p.path)
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: %v", abs, err)}
+		return nil, nil, &config.Error{Key: p.key, Msg: fmt.Sprintf("%s: %v", abs(p.path), err)}
 	}
 	switch d.Kind {
 	case config.KindSynthetic:

@@ -451,7 +451,7 @@ func (t *Trainer) step() (callback.StepResult, error) {
 	// the next one after an epoch's last batch.
 	t.state.Epoch = int64(epoch)
 	r.Duration = time.Since(start)
-	r.RunTime, t.eng.ortTime = t.eng.ortTime, 0
+	r.RunTime = t.eng.ortTime // reset when the step began
 	return r, nil
 }
 
