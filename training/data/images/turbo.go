@@ -1,7 +1,10 @@
 package images
 
 /*
-#cgo LDFLAGS: -ljpeg
+// libjpeg-turbo is linked statically (Debian libjpeg62-turbo-dev ships
+// libjpeg.a) so bin/ortrain runs on machines without libjpeg.so.62, such as
+// GPU images that ship only CUDA.
+#cgo LDFLAGS: -l:libjpeg.a
 #include <stdio.h>
 #include <string.h>
 #include <setjmp.h>
