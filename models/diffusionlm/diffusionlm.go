@@ -30,10 +30,10 @@
 //
 // Loss (scalar output "loss"), BD3-LM's NELBO for the linear schedule:
 // Σ over masked positions of −log p(x_0 | x_t) / t, divided by the number of
-// positions to predict (loss_mask's sum). −log p is computed as
-// logsumexp(logits) − logit(x_0), the target logit as the dot product of the
-// final hidden state with the target's output row, so no one-hot of the
-// vocabulary is built.
+// positions to predict (loss_mask's sum). −log p is read from
+// LogSoftmax(logits) at x_0 (GatherElements: no one-hot of the vocabulary is
+// built), over the sequence in pieces (LossPieces) so that no tensor of a
+// training step exceeds what CUDA kernels take.
 //
 // The inputs are named as training/data/tokens produces them with noise on.
 package diffusionlm
@@ -98,6 +98,35 @@ type Config struct {
 	TieEmbeddings bool `toml:"tie_embeddings"`
 	// Seed draws the initial weights.
 	Seed uint64 `toml:"seed"`
+	// LossPieces is the number of pieces of the sequence over which the
+	// output projection and its log-softmax run, each piece a
+	// [batch × positions, Vocab] tensor (see PieceSizes); 0 picks enough
+	// that one sequence's piece holds at most PieceLogits logits.
+	LossPieces int `toml:"loss_pieces"`
+}
+
+// PieceLogits is the most logits one sequence contributes to a piece of
+// the loss when LossPieces is 0: a piece then stays within 2^31 − 1
+// elements, the most a CUDA kernel's int-sized tensor descriptor takes, up
+// to a batch of 511 sequences.
+const PieceLogits = 1 << 22
+
+// PieceSizes are the lengths of the pieces of the sequence the loss is
+// computed over, in order, adding up to SeqLen; as equal as they can be.
+func (c Config) PieceSizes() []int64 {
+	k := c.LossPieces
+	if k <= 0 {
+		k = int((int64(c.SeqLen)*int64(c.Vocab) + PieceLogits - 1) / PieceLogits)
+	}
+	k = max(1, min(k, c.SeqLen))
+	sizes := make([]int64, k)
+	for i := range sizes {
+		sizes[i] = int64(c.SeqLen / k)
+		if i < c.SeqLen%k {
+			sizes[i]++
+		}
+	}
+	return sizes
 }
 
 // Default is the BD3-LM small size: GPT-2 small's transformer (768 wide,
@@ -150,6 +179,9 @@ func (c Config) Validate() error {
 		}
 	} else if c.BlockSize < 1 || c.SeqLen%c.BlockSize != 0 {
 		return fmt.Errorf("diffusionlm: block_size %d does not divide seq_len %d", c.BlockSize, c.SeqLen)
+	}
+	if c.LossPieces < 0 || c.LossPieces > c.SeqLen {
+		return fmt.Errorf("diffusionlm: loss_pieces %d must be between 0 (automatic) and seq_len %d", c.LossPieces, c.SeqLen)
 	}
 	if c.Positions != "learned" && c.Positions != "sinusoidal" {
 		return fmt.Errorf("diffusionlm: positions %q is not learned or sinusoidal", c.Positions)
@@ -288,20 +320,42 @@ func Build(c Config) (*graph.Graph, error) {
 	}
 	never := make([]float32, V)
 	never[c.MaskToken] = -1e9
-	// One Gemm with the mask token's bias over the flattened rows: a
-	// MatMul followed by an Add would hold a second vocabulary-sized
-	// tensor (ONNX Runtime's Add does not write in place).
-	rows := b.Op("Gemm", []string{b.Reshape(hx, b.Ints(-1, d)), out, n.Constant(graph.Float32s("", []int64{V}, never))}, graph.AInt("transB", 1))
+	bias := n.Constant(graph.Float32s("", []int64{V}, never))
+	// Logits, for the eval graph and the sampler, is one Gemm with the mask
+	// token's bias over the flattened rows (a MatMul followed by an Add
+	// would hold a second vocabulary-sized tensor: ONNX Runtime's Add does
+	// not write in place). The training graph, which keeps only scalar
+	// outputs, prunes it.
+	rows := b.Op("Gemm", []string{b.Reshape(hx, b.Ints(-1, d)), out, bias}, graph.AInt("transB", 1))
 	b.OpInto(Logits, "Reshape", []string{rows, b.Ints(-1, L, V)})
 
-	// −log p(x_0) = logsumexp(logits) − logit(x_0), as one reduction of
-	// the Gemm's rows: no vocabulary-sized intermediate in the forward
-	// pass, and its gradient is one Softmax, which ONNX Runtime writes
-	// over the rows (it would not over a Reshape's view of them). Logits
-	// itself is for the eval graph.
-	lse := b.Reshape(b.ReduceLogSumExp(rows, false, 1), b.Ints(-1, L))
-	tgt := b.ReduceSum(b.Mul(hx, b.Op("Gather", []string{out, x0}, graph.AInt("axis", 0))), false, 2)
-	nll := b.Sub(lse, tgt) // [B, L]
+	// −log p(x_0) = −LogSoftmax(logits)[x_0], over the sequence in pieces
+	// of positions, each piece its own Gemm: ONNX Runtime's CUDA provider
+	// runs LogSoftmax over the last axis, and the Sum reductions of its
+	// gradient, without cuDNN, whose tensor descriptors take no more than
+	// 2^31 − 1 elements (the ReduceLogSumExp this replaces went through
+	// cuDNN and failed at batch 128 × 512 × 50,258), and each piece keeps
+	// the vocabulary-sized tensors of a step under that bound up to the
+	// batch LossPieces says.
+	var parts []string
+	sizes := c.PieceSizes()
+	pieces := []string{hx}
+	targets := []string{x0}
+	if len(sizes) > 1 {
+		pieces = b.OpN("Split", []string{hx, b.Ints(sizes...)}, len(sizes), graph.AInt("axis", 1))
+		targets = b.OpN("Split", []string{x0, b.Ints(sizes...)}, len(sizes), graph.AInt("axis", 1))
+	}
+	for i, p := range pieces {
+		r := b.Op("Gemm", []string{b.Reshape(p, b.Ints(-1, d)), out, bias}, graph.AInt("transB", 1)) // [B·P, V]
+		logp := b.Op("LogSoftmax", []string{r}, graph.AInt("axis", -1))
+		at := b.Reshape(targets[i], b.Ints(-1, 1))
+		parts = append(parts, b.Reshape(b.Op("GatherElements", []string{logp, at}, graph.AInt("axis", 1)), b.Ints(-1, sizes[i])))
+	}
+	logpx := parts[0]
+	if len(parts) > 1 {
+		logpx = b.Op("Concat", parts, graph.AInt("axis", 1))
+	}
+	nll := b.Neg(logpx) // [B, L]
 	masked := b.Cast(b.Equal(xt, b.Const(graph.Int64s("", nil, []int64{int64(c.MaskToken)}))), dtype.Float32)
 	num := b.ReduceSum(b.Div(b.Mul(nll, masked), tt), false)
 	den := b.Max(b.ReduceSum(b.Cast(lm, dtype.Float32), false), b.Scalar(dtype.Float32, 1))

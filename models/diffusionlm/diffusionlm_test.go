@@ -6,12 +6,15 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/models/diffusionlm"
 	"github.com/ortrain/ortrain/models/internal/steptest"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
 )
 
 // tiny is a test size: vocabulary 20 with mask token 19, width 16, 2
@@ -169,6 +172,91 @@ func TestForwardLoss(t *testing.T) {
 	if math.Abs(got-want) > 1e-4*(1+want) {
 		t.Errorf("loss %g, recomputed from logits %g", got, want)
 	}
+}
+
+// TestLossMatchesLogSumExp: the loss computed through LogSoftmax in pieces
+// of the sequence equals, in value and in its gradients, the formulation it
+// replaced (logsumexp(logits) − logit(x_0) through ReduceLogSumExp), built
+// here into the same graph from its Logits output: one piece, three
+// unequal pieces (8 positions as 3, 3, 2) and one piece per position.
+func TestLossMatchesLogSumExp(t *testing.T) {
+	orttest.Init(t)
+	for _, pieces := range []int{0, 3, 8} {
+		c := tiny()
+		c.LossPieces = pieces
+		if got := len(c.PieceSizes()); got != max(pieces, 1) {
+			t.Fatalf("loss_pieces %d: %d pieces", pieces, got)
+		}
+		g, err := diffusionlm.Build(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := countOps(g, "ReduceLogSumExp"); got != 0 {
+			t.Fatalf("loss_pieces %d: %d ReduceLogSumExp nodes, want none", pieces, got)
+		}
+		if got := countOps(g, "LogSoftmax"); got != max(pieces, 1) {
+			t.Errorf("loss_pieces %d: %d LogSoftmax nodes, want one per piece", pieces, got)
+		}
+		b := graph.NewBuilder(g, "old/")
+		logits := diffusionlm.Logits
+		lse := b.ReduceLogSumExp(logits, false, 2)
+		tgt := b.Squeeze(b.Op("GatherElements", []string{logits, b.Unsqueeze(diffusionlm.InputIDs, 2)}, graph.AInt("axis", 2)), 2)
+		masked := b.Cast(b.Equal(diffusionlm.NoisyIDs, b.Const(graph.Int64s("", nil, []int64{int64(c.MaskToken)}))), dtype.Float32)
+		num := b.ReduceSum(b.Div(b.Mul(b.Sub(lse, tgt), masked), diffusionlm.T), false)
+		den := b.Max(b.ReduceSum(b.Cast(diffusionlm.LossMask, dtype.Float32), false), b.Scalar(dtype.Float32, 1))
+		old := b.Div(num, den)
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		var params []string
+		for _, name := range g.InitOrder {
+			if info := g.Info(name); info.Float() && info.Rank() >= 1 {
+				params = append(params, name)
+			}
+		}
+		gNew, err := autodiff.Gradients(g, diffusionlm.Loss, params, "grad_new/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gOld, err := autodiff.Gradients(g, old, params, "grad_old/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{diffusionlm.Loss, old}
+		for _, p := range params {
+			names = append(names, gNew[p], gOld[p])
+		}
+		bt := newBatch(rand.New(rand.NewPCG(1, 2)), c, 3)
+		out := steptest.Forward(t, g, bt.feeds(t, c.SeqLen), names...)
+		got, want := float64(ort.Data[float32](out[diffusionlm.Loss])[0]), float64(ort.Data[float32](out[old])[0])
+		t.Logf("loss_pieces %d: loss %.9g, through ReduceLogSumExp %.9g", pieces, got, want)
+		if math.Abs(got-want) > 1e-6*math.Abs(want) {
+			t.Errorf("loss_pieces %d: loss %.9g, the ReduceLogSumExp formulation gives %.9g", pieces, got, want)
+		}
+		for _, p := range params {
+			a, o := ort.Data[float32](out[gNew[p]]), ort.Data[float32](out[gOld[p]])
+			var diff, scale float64
+			for i := range a {
+				diff = max(diff, math.Abs(float64(a[i]-o[i])))
+				scale = max(scale, math.Abs(float64(o[i])))
+			}
+			// The attention keys' biases get a gradient of zero up to
+			// rounding (softmax ignores a shift along its axis): 1e-9 absolute.
+			if diff > 1e-5*scale+1e-9 || scale == 0 && p == "tok_emb.weight" {
+				t.Errorf("loss_pieces %d: gradient of %s differs by up to %g (largest %g)", pieces, p, diff, scale)
+			}
+		}
+	}
+}
+
+func countOps(g *graph.Graph, op string) int {
+	n := 0
+	for _, nd := range g.Nodes {
+		if nd.Op == op {
+			n++
+		}
+	}
+	return n
 }
 
 // TestBlockCausality perturbs single tokens and checks which positions'
