@@ -8,8 +8,26 @@ import "C"
 
 import (
 	"fmt"
+	"os"
+	"sync/atomic"
 	"unsafe"
 )
+
+// bindTimeCopy makes CPU sessions bind inputs the way the CUDA provider
+// does: a host value that is not the session's device memory is copied
+// when it is bound, and later writes to it never reach a run. The CPU
+// provider reads bound host memory at each run instead, so code that
+// rewrites a bound host buffer in place trains on the CPU and silently
+// trains on its first contents on a GPU; tests turn this on to see that
+// on the CPU. $ORTRAIN_BIND_TIME_COPY=1 turns it on for a process.
+var bindTimeCopy atomic.Bool
+
+func init() { bindTimeCopy.Store(os.Getenv("ORTRAIN_BIND_TIME_COPY") == "1") }
+
+// SetBindTimeCopy turns the CPU provider's emulation of the CUDA
+// provider's bind-time copy of host inputs on or off and returns the
+// previous setting. Only tests have a reason to call it.
+func SetBindTimeCopy(on bool) (was bool) { return bindTimeCopy.Swap(on) }
 
 // Binding ties values to a session's inputs and outputs for repeated runs
 // without copies: ONNX Runtime reads bound inputs where they are and writes
@@ -20,6 +38,9 @@ type Binding struct {
 	s     *Session
 	p     *C.OrtIoBinding
 	names map[string]*C.char
+	// copies are the private copies of host inputs bound under
+	// bindTimeCopy, by input name.
+	copies map[string]*Value
 }
 
 // NewBinding creates an empty binding for the session.
@@ -40,10 +61,35 @@ func (b *Binding) cname(name string) *C.char {
 	return c
 }
 
-// BindInput feeds v, on the host or the session's device, to the named input.
+// BindInput feeds v, on the host or the session's device, to the named
+// input. A host value on a GPU session is copied to the device now, when it
+// is bound, not at each run: to feed new host data to a bound input, copy it
+// into device memory (Staged) or bind it again.
 func (b *Binding) BindInput(name string, v *Value) error {
-	if err := check(C.ortrain_bind_input(b.p, b.cname(name), v.p)); err != nil {
+	bound := v
+	if bindTimeCopy.Load() && !b.s.opts.Device.CUDA && v.OnHost() && !v.resident {
+		c, err := NewEmpty(v.dtype, v.shape)
+		if err != nil {
+			return fmt.Errorf("bind input %q: %w", name, err)
+		}
+		copy(c.hostBytes(), v.hostBytes())
+		bound = c
+	}
+	if err := check(C.ortrain_bind_input(b.p, b.cname(name), bound.p)); err != nil {
+		if bound != v {
+			bound.Close()
+		}
 		return fmt.Errorf("bind input %q: %w", name, err)
+	}
+	if old := b.copies[name]; old != nil {
+		old.Close()
+		delete(b.copies, name)
+	}
+	if bound != v {
+		if b.copies == nil {
+			b.copies = map[string]*Value{}
+		}
+		b.copies[name] = bound
 	}
 	return nil
 }
@@ -137,6 +183,9 @@ func (b *Binding) Close() {
 	C.ortrain_release_binding(b.p)
 	for _, c := range b.names {
 		C.free(unsafe.Pointer(c))
+	}
+	for _, v := range b.copies {
+		v.Close()
 	}
 	b.p = nil
 }

@@ -87,30 +87,6 @@ OrtStatus* ortrain_append_cuda(OrtSessionOptions* o, const char** keys, const ch
   return s;
 }
 
-OrtStatus* ortrain_register_ep_library(OrtEnv* env, const char* name, const char* path) {
-  return api->RegisterExecutionProviderLibrary(env, name, path);
-}
-
-// ortrain_append_ep_gpu appends the ordinal-th GPU that the execution
-// provider ep offers (in GetEpDevices' order) to o; *found is the number of
-// its GPUs when there are too few.
-OrtStatus* ortrain_append_ep_gpu(OrtEnv* env, OrtSessionOptions* o, const char* ep, int ordinal, const char** keys,
-                                 const char** values, size_t n, int* found) {
-  const OrtEpDevice* const* devs = NULL;
-  size_t num = 0;
-  OrtStatus* s = api->GetEpDevices(env, &devs, &num);
-  if (s) return s;
-  int seen = 0;
-  for (size_t i = 0; i < num; i++) {
-    const char* name = api->EpDevice_EpName(devs[i]);
-    const OrtHardwareDevice* hw = api->EpDevice_Device(devs[i]);
-    if (!name || strcmp(name, ep) != 0 || !hw || api->HardwareDevice_Type(hw) != OrtHardwareDeviceType_GPU) continue;
-    if (seen++ == ordinal) return api->SessionOptionsAppendExecutionProvider_V2(o, env, &devs[i], 1, keys, values, n);
-  }
-  *found = seen;
-  return NULL;
-}
-
 OrtStatus* ortrain_create_session(OrtEnv* env, const void* data, size_t len, OrtSessionOptions* o, OrtSession** out) {
   return api->CreateSessionFromArray(env, data, len, o, out);
 }

@@ -36,9 +36,6 @@ OrtStatus* ortrain_set_graph_optimization(OrtSessionOptions* o, int level);
 OrtStatus* ortrain_enable_profiling(OrtSessionOptions* o, const char* prefix);
 OrtStatus* ortrain_add_config(OrtSessionOptions* o, const char* key, const char* value);
 OrtStatus* ortrain_append_cuda(OrtSessionOptions* o, const char** keys, const char** values, size_t n);
-OrtStatus* ortrain_register_ep_library(OrtEnv* env, const char* name, const char* path);
-OrtStatus* ortrain_append_ep_gpu(OrtEnv* env, OrtSessionOptions* o, const char* ep, int ordinal, const char** keys,
-                                 const char** values, size_t n, int* found);
 
 OrtStatus* ortrain_create_session(OrtEnv* env, const void* data, size_t len, OrtSessionOptions* o, OrtSession** out);
 void ortrain_release_session(OrtSession* s);

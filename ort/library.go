@@ -11,6 +11,16 @@ import (
 // project's cache.
 const CPUVersion = "1.30.0"
 
+// CUDAVersion is the ONNX Runtime release scripts/setup --cuda fetches into
+// the project's cache (.cache/ort-cuda/<version>/): a core built with the
+// CUDA provider and the provider libraries of the same release beside it.
+// 1.29, not CPUVersion, because the CUDA 13 provider on npm is 1.29's.
+const CUDAVersion = "1.29.0"
+
+// CUDAProviderFile is the CUDA provider library that a core built with CUDA
+// loads from its own directory when a session appends the CUDA provider.
+const CUDAProviderFile = "libonnxruntime_providers_cuda.so"
+
 // LibraryEnv names the environment variable that points at the library.
 const LibraryEnv = "ORTRAIN_ORT_LIB"
 
@@ -19,6 +29,7 @@ type LibraryError struct {
 	Path   string   // the library that failed to load, if one was found
 	Looked []string // where the search looked, in order
 	Err    error
+	CUDA   bool // the search was for a run on a GPU
 }
 
 func (e *LibraryError) Error() string {
@@ -31,8 +42,13 @@ func (e *LibraryError) Error() string {
 			b.WriteString("\n  - " + l)
 		}
 	}
-	b.WriteString("\nfix: run ./scripts/setup (fetches ONNX Runtime " + CPUVersion +
-		" into .cache/ort), or pass --ort-lib PATH, or set " + LibraryEnv + "=PATH")
+	if e.CUDA {
+		b.WriteString("\nfix: run ./scripts/setup --cuda (fetches ONNX Runtime " + CUDAVersion +
+			" built with CUDA into .cache/ort-cuda), or pass --ort-lib PATH, or set " + LibraryEnv + "=PATH")
+	} else {
+		b.WriteString("\nfix: run ./scripts/setup (fetches ONNX Runtime " + CPUVersion +
+			" into .cache/ort), or pass --ort-lib PATH, or set " + LibraryEnv + "=PATH")
+	}
 	return b.String()
 }
 
@@ -45,13 +61,19 @@ type LibrarySearch struct {
 	Flag   string // --ort-lib
 	Config string // the run config's ort_lib
 	Dirs   []string
+	// CUDA asks for the core scripts/setup --cuda installs
+	// (.cache/ort-cuda/CUDAVersion/) ahead of the CPU one in the project
+	// cache: the run is to go on a GPU.
+	CUDA bool
 }
 
 // FindLibrary returns the ONNX Runtime library to load, looking in this order:
 // the --ort-lib flag, $ORTRAIN_ORT_LIB, the run config, the project cache
-// (.cache/ort/<version>/ in each of s.Dirs, which default to the working
-// directory and the directory above the executable's), and finally the
-// system library path, which the dynamic loader searches itself. A place the
+// (in each of s.Dirs, which default to the working directory and the
+// directory above the executable's: .cache/ort-cuda/<CUDAVersion>/ when
+// s.CUDA, then .cache/ort/<CPUVersion>/), and finally the system library
+// path, which the dynamic loader searches itself. A CPU run keeps the CPU
+// release even where the CUDA one is installed: it is the newer one. A place the
 // user named that holds no file is an error straight away: silently taking
 // another library would hide their mistake.
 func FindLibrary(s LibrarySearch) (string, error) {
@@ -67,7 +89,7 @@ func FindLibrary(s LibrarySearch) (string, error) {
 			continue
 		}
 		if _, err := os.Stat(n.path); err != nil {
-			return "", &LibraryError{Looked: append(looked, fmt.Sprintf("%s = %s: %v", n.what, n.path, err))}
+			return "", &LibraryError{Looked: append(looked, fmt.Sprintf("%s = %s: %v", n.what, n.path, err)), CUDA: s.CUDA}
 		}
 		return n.path, nil
 	}
@@ -80,12 +102,18 @@ func FindLibrary(s LibrarySearch) (string, error) {
 			dirs = append(dirs, filepath.Dir(filepath.Dir(exe)))
 		}
 	}
-	for _, d := range dirs {
-		p := filepath.Join(d, ".cache", "ort", CPUVersion, "libonnxruntime.so.1")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
+	caches := []string{filepath.Join("ort", CPUVersion)}
+	if s.CUDA {
+		caches = append([]string{filepath.Join("ort-cuda", CUDAVersion)}, caches...)
+	}
+	for _, c := range caches {
+		for _, d := range dirs {
+			p := filepath.Join(d, ".cache", c, "libonnxruntime.so.1")
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+			looked = append(looked, "project cache "+p)
 		}
-		looked = append(looked, "project cache "+p)
 	}
 	for _, name := range []string{"libonnxruntime.so.1", "libonnxruntime.so"} {
 		if systemLibraryLoads(name) {
@@ -93,5 +121,22 @@ func FindLibrary(s LibrarySearch) (string, error) {
 		}
 		looked = append(looked, "system library path ("+name+")")
 	}
-	return "", &LibraryError{Looked: looked}
+	return "", &LibraryError{Looked: looked, CUDA: s.CUDA}
+}
+
+// CUDAProviderBeside returns the CUDA provider library in the loaded
+// core's directory, "" when there is none. A core that lists
+// CUDAExecutionProvider loads it from there; beside a core that does not
+// (a CPU-only build), it could only be registered as a plugin, which
+// ortrain does not do: that route crashed in training graphs on a GPU.
+func CUDAProviderBeside() string {
+	lib := LibraryPath()
+	if !strings.ContainsRune(lib, '/') {
+		return "" // found by the loader on the system path: no directory known
+	}
+	path := filepath.Join(filepath.Dir(lib), CUDAProviderFile)
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
 }

@@ -445,3 +445,84 @@ func TestAllocatorStats(t *testing.T) {
 		t.Errorf("MaxInUse did not grow with the batch: %v", peaks)
 	}
 }
+
+// runAdd runs the binding and returns z on the host.
+func runAdd(t *testing.T, s *ort.Session, b *ort.Binding) []float32 {
+	t.Helper()
+	must(t, b.BindOutputOnHost("z"), b.Run())
+	out, err := b.Outputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out[0].Close()
+	return append([]float32(nil), ort.Data[float32](out[0])...)
+}
+
+// TestBoundHostInputIsCopiedAtBind: a host value rewritten in place after
+// it was bound does not reach the next run on a GPU, where the CUDA
+// provider copies it when it is bound; SetBindTimeCopy makes the CPU
+// provider do the same, so that code relying on in-place writes fails on
+// the CPU too. On a GPU (ORTRAIN_TEST_DEVICE=cuda:0) this checks that the
+// emulation is what the provider does.
+func TestBoundHostInputIsCopiedAtBind(t *testing.T) {
+	defer ort.SetBindTimeCopy(ort.SetBindTimeCopy(true))
+	s := newSession(t, addModel(t))
+	x, _ := ort.NewTensor([]int64{1, 3}, []float32{1, 2, 3})
+	y, _ := ort.NewTensor([]int64{1, 3}, []float32{10, 10, 10})
+	defer x.Close()
+	defer y.Close()
+	b, err := s.NewBinding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	must(t, b.BindInput("x", x), b.BindInput("y", y))
+	if z := runAdd(t, s, b); z[0] != 11 {
+		t.Fatalf("first run z = %v, want [11 12 13]", z)
+	}
+	ort.Data[float32](x)[0] = 100
+	if z := runAdd(t, s, b); z[0] != 11 {
+		t.Errorf("after an in-place write to the bound host x, z = %v: the bind-time copy was not made", z)
+	}
+	must(t, b.BindInput("x", x))
+	if z := runAdd(t, s, b); z[0] != 110 {
+		t.Errorf("after binding x again, z = %v, want [110 12 13]", z)
+	}
+}
+
+// TestStagedInputReachesEveryRun: a Staged input's host value changed
+// between runs and pushed reaches each run, with emulated bind-time copies
+// on the CPU and on a GPU; an unchanged small value is not copied again.
+func TestStagedInputReachesEveryRun(t *testing.T) {
+	defer ort.SetBindTimeCopy(ort.SetBindTimeCopy(true))
+	s := newSession(t, addModel(t))
+	x, err := s.NewStaged(ort.Float32, []int64{1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	y, err := s.NewStaged(ort.Float32, []int64{1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	b, err := s.NewBinding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	must(t, b.BindInput("x", x.Device), b.BindInput("y", y.Device))
+	copy(ort.Data[float32](y.Host), []float32{10, 20, 30})
+	for step := range 3 {
+		copy(ort.Data[float32](x.Host), []float32{float32(step), 1, 2})
+		before := ort.Transfers()
+		must(t, x.Push(), y.Push())
+		pushed := ort.Transfers().Sub(before).HostToDevice
+		if want := map[bool]int64{true: 2, false: 1}[step == 0]; pushed != want {
+			t.Errorf("step %d: %d copies to the device, want %d (y changes only before the first)", step, pushed, want)
+		}
+		if z := runAdd(t, s, b); z[0] != float32(step)+10 || z[2] != 32 {
+			t.Errorf("step %d: z = %v, want [%d 21 32]", step, z, step+10)
+		}
+	}
+}

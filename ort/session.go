@@ -202,15 +202,11 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 			return nil, err
 		}
 	}
-	plugin := ""
 	if opts.Device.CUDA {
-		plugin = CUDAPlugin()
-	}
-	if plugin != "" {
-		if err := appendCUDAPlugin(so, plugin, opts); err != nil {
-			return nil, err
-		}
-	} else if opts.Device.CUDA {
+		// The legacy append: the core must be built with CUDA and loads
+		// the provider library from beside itself. (ONNX Runtime's plugin
+		// route for a CPU-only core crashed in training graphs on a GPU;
+		// ortrain does not take it.)
 		keys, values := opts.CUDAProviderOptions()
 		ck, cv := cStrings(keys), cStrings(values)
 		err := check(C.ortrain_append_cuda(so, &ck[0], &cv[0], C.size_t(len(keys))))

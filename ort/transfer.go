@@ -8,6 +8,7 @@ package ort
 import "C"
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"sync"
@@ -202,4 +203,74 @@ func identityModel(dtype DType) []byte {
 		panic(err) // a fixed, valid message
 	}
 	return b
+}
+
+// Staged is a session input that Go writes in host memory and graphs read
+// in the session's device memory: Host is where Go writes, Device is what
+// is bound, and Push copies the one into the other. Binding a host value
+// instead would work on the CPU provider, which reads bound host memory at
+// each run, but the CUDA provider copies a bound host value once, when it is
+// bound, so in-place writes after that would never reach the GPU.
+type Staged struct {
+	Host, Device *Value
+	s            *Session
+	// host and dev view the values' memory where Go can (dev only on the
+	// CPU provider), so that a push there makes no call into ONNX Runtime.
+	host, dev []byte
+	// sent is what the last Push copied, for values small enough that
+	// comparing costs less than a copy (step scalars); nil otherwise.
+	sent   []byte
+	pushed bool
+}
+
+// stagedCompareMax is the size up to which Push skips unchanged values.
+const stagedCompareMax = 64
+
+// NewStaged allocates a zero-filled host value and a device value of the
+// given type and shape for the session.
+func (s *Session) NewStaged(dtype DType, shape []int64) (*Staged, error) {
+	host, err := NewEmpty(dtype, shape)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := s.Alloc(dtype, shape)
+	if err != nil {
+		host.Close()
+		return nil, err
+	}
+	st := &Staged{Host: host, Device: dev, s: s, host: host.hostBytes()}
+	if dev.OnHost() {
+		st.dev = dev.hostBytes()
+	}
+	if host.Bytes() <= stagedCompareMax {
+		st.sent = make([]byte, host.Bytes())
+	}
+	return st, nil
+}
+
+// Push copies the host value to the device; a small value that has not
+// changed since the last Push is not copied again.
+func (st *Staged) Push() error {
+	if st.sent != nil && st.pushed && bytes.Equal(st.host, st.sent) {
+		return nil
+	}
+	if st.dev != nil {
+		copy(st.dev, st.host)
+		count(st.Device, st.Host)
+	} else if err := st.s.Copy(st.Device, st.Host); err != nil {
+		return err
+	}
+	if st.sent != nil {
+		copy(st.sent, st.host)
+	}
+	st.pushed = true
+	return nil
+}
+
+// Close releases both values. Closing twice is harmless.
+func (st *Staged) Close() {
+	if st != nil {
+		st.Host.Close()
+		st.Device.Close()
+	}
 }

@@ -35,7 +35,7 @@ Example:
 func doctor(c *cli.Context) error {
 	w := c.App.Writer
 	fmt.Fprintf(w, "ortrain        %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	if err := loadORT(c, ""); err != nil {
+	if err := loadORTOn(c, "", c.String("device")); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "ONNX Runtime   %s\n", ort.Version())
@@ -78,19 +78,19 @@ func doctor(c *cli.Context) error {
 		fmt.Fprintf(w, "nccl           ok: %s %s (data parallel: gradients of GPU ranks)\n", lib, version)
 	}
 	switch {
-	case !contains(providers, "CUDAExecutionProvider") && ort.CUDAPlugin() == "":
+	case !contains(providers, "CUDAExecutionProvider"):
 		fmt.Fprintf(w, "%-14s not available: %s\n", dev, noCUDAProvider())
 	default:
 		if err := ort.CheckDevice(dev, ort.Options{}); err != nil {
 			msg := shortORTError(err)
 			switch {
-			case strings.Contains(msg, "Failed to load library") && ort.CUDAPlugin() != "":
-				// The plugin is there; what it links against is not.
-				msg = "the CUDA provider plugin does not load (" + msg + "): it needs the CUDA runtime, cuBLAS and cuDNN of its CUDA version on the library path (LD_LIBRARY_PATH)"
+			case strings.Contains(msg, "Failed to load library") && ort.CUDAProviderBeside() != "":
+				// The provider is there; what it links against is not.
+				msg = "the CUDA provider " + ort.CUDAProviderBeside() + " does not load (" + msg + "): it needs an NVIDIA GPU and driver, and the CUDA runtime, cuBLAS and cuDNN of its CUDA version on the library path (LD_LIBRARY_PATH)"
 			case strings.Contains(msg, "Failed to load library"):
 				// The CPU builds on npm list CUDA among their providers but
 				// ship none of its libraries.
-				msg = "this ONNX Runtime has no CUDA provider library beside it (" + msg + "); set $" + ort.LibraryEnv + " to a CUDA build"
+				msg = "this ONNX Runtime has no CUDA provider library beside it (" + msg + "); " + installCUDA()
 			}
 			fmt.Fprintf(w, "%-14s not usable: %s\n", dev, msg)
 		} else {
@@ -108,7 +108,7 @@ func usableDevice(key string, opts ort.Options) error {
 		return nil
 	}
 	providers, _ := ort.AvailableProviders()
-	if !contains(providers, "CUDAExecutionProvider") && ort.CUDAPlugin() == "" {
+	if !contains(providers, "CUDAExecutionProvider") {
 		return &config.Error{Key: key, Msg: fmt.Sprintf("%v: %s (ortrain doctor --device %v checks it), or train on \"cpu\"", opts.Device, noCUDAProvider(), opts.Device)}
 	}
 	if err := ort.CheckDevice(opts.Device, ort.Options{}); err != nil {
@@ -136,9 +136,20 @@ func shortORTError(err error) string {
 }
 
 // noCUDAProvider says why the loaded ONNX Runtime cannot train on a GPU
-// when CUDA is neither among its providers nor a plugin beside it
-// (ort.CUDAPlugin).
+// when CUDA is not among its providers. A CPU-only core with the CUDA
+// provider beside it (asus4's com.github.asus4.onnxruntime) could take the
+// provider only as a plugin (RegisterExecutionProviderLibrary): on an H200
+// that route crashed in every training graph, so ortrain refuses it.
 func noCUDAProvider() string {
-	return fmt.Sprintf("this ONNX Runtime (%s) lists no CUDA provider and has no %s beside it: point $%s at an ONNX Runtime built with CUDA (the official onnxruntime-linux-x64-gpu release's lib/libonnxruntime.so.1), or at a CPU core with the CUDA provider plugin beside it",
-		ort.LibraryPath(), ort.CUDAPluginFile, ort.LibraryEnv)
+	if p := ort.CUDAProviderBeside(); p != "" {
+		return fmt.Sprintf("this ONNX Runtime (%s) is a CPU-only build with %s beside it, which only the plugin execution-provider route can use, and ortrain does not: that route crashed in every training graph on a GPU (SIGSEGV in Slice; ScatterElements with add failed); %s",
+			ort.LibraryPath(), p, installCUDA())
+	}
+	return fmt.Sprintf("this ONNX Runtime (%s) lists no CUDA provider; %s", ort.LibraryPath(), installCUDA())
+}
+
+// installCUDA says how to get an ONNX Runtime that trains on a GPU.
+func installCUDA() string {
+	return fmt.Sprintf("run scripts/setup --cuda, which installs ONNX Runtime %s built with CUDA and its CUDA provider into .cache/ort-cuda/%s (a run on a GPU takes it from there), or pass --ort-lib (or set $%s to) such a core: .cache/ort-cuda/%s/libonnxruntime.so.1, or the official onnxruntime-linux-x64-gpu release's lib/libonnxruntime.so.1",
+		ort.CUDAVersion, ort.CUDAVersion, ort.LibraryEnv, ort.CUDAVersion)
 }

@@ -251,7 +251,7 @@ func evalCheckpoint(c *cli.Context) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if err := loadORT(c, ""); err != nil {
+	if err := loadORTOn(c, "", checkpointDevice(c, cfg)); err != nil {
 		return err
 	}
 	opts, err := checkpointSession(c, cfg)

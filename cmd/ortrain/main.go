@@ -66,7 +66,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Usage:     "train and evaluate ONNX models on ONNX Runtime",
 		Version:   version,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "ort-lib", Usage: "ONNX Runtime shared library to load (else $" + ort.LibraryEnv + ", the run config, .cache/ort, the system path)"},
+			&cli.StringFlag{Name: "ort-lib", Usage: "ONNX Runtime shared library to load (else $" + ort.LibraryEnv + ", the run config, .cache/ort-cuda for a run on a GPU, .cache/ort, the system path)"},
 		},
 		Commands:       commands(),
 		ExitErrHandler: func(*cli.Context, error) {}, // run decides the exit code

@@ -60,7 +60,7 @@ func sampleAction(c *cli.Context) error {
 			return err
 		}
 	}
-	if err := loadORT(c, ""); err != nil {
+	if err := loadORTOn(c, "", checkpointDevice(c, cfg)); err != nil {
 		return err
 	}
 	opts, err := checkpointSession(c, cfg)

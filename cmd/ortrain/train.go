@@ -96,7 +96,7 @@ func adoptArtifacts(cfg *config.Config) error {
 // train runs a resolved configuration: a new version directory, or the one
 // resume names, or runDir; it returns the run directory.
 func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite bool) (_ string, err error) {
-	if err := loadORT(c, cfg.ORTLib); err != nil {
+	if err := loadORTOn(c, cfg.ORTLib, cfg.Trainer.Device); err != nil {
 		return "", err
 	}
 	// Prebuilt artifacts and the data are checked before a run directory
@@ -423,6 +423,11 @@ type prepared struct {
 func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) error {
 	dir, m, err := setup.Artifacts(cfg, runDir, session)
 	if err != nil {
+		return err
+	}
+	// A tensor too large for CUDA's kernels would fail the first step deep
+	// inside ONNX Runtime: refused here, before the run starts.
+	if err := setup.CheckDeviceSizes(cfg, dir, session.Device); err != nil {
 		return err
 	}
 	p.artifacts = dir

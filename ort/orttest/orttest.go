@@ -1,6 +1,6 @@
 // Package orttest loads ONNX Runtime for tests: the library scripts/setup put
-// in the project's cache, or the one $ORTRAIN_ORT_LIB names (a CUDA build on
-// a GPU machine).
+// in the project's cache (with $ORTRAIN_TEST_DEVICE a GPU, the CUDA build of
+// scripts/setup --cuda), or the one $ORTRAIN_ORT_LIB names.
 package orttest
 
 import (
@@ -18,7 +18,9 @@ func Init(tb testing.TB) {
 	if ort.Initialised() {
 		return
 	}
-	path, err := ort.FindLibrary(ort.LibrarySearch{Dirs: []string{moduleRoot()}})
+	// Tests on a GPU take the CUDA build scripts/setup --cuda installs, as
+	// a run on a GPU does, when $ORTRAIN_ORT_LIB names none.
+	path, err := ort.FindLibrary(ort.LibrarySearch{Dirs: []string{moduleRoot()}, CUDA: Device(tb).CUDA})
 	if err == nil {
 		err = ort.Init(path)
 	}

@@ -53,13 +53,19 @@ type engine struct {
 	optB   [2][2]*ort.Binding    // [p][g]
 	evalB  [2][2]*ort.Binding    // [p][u]; nil without eval data
 
-	// Host scalars, overwritten in place every step; the slices view their
-	// memory so that setting or reading them allocates nothing.
-	scalars                       []*ort.Value
+	// Step inputs: Go sets their host values in place and pushes them to
+	// the device before each run (ort.Staged), since a GPU session reads a
+	// bound host value as it was when bound. The slices view the host
+	// memory so that setting them allocates nothing.
+	inputs                        []*ort.Staged
 	reset                         []bool
 	lr, step, gradScale, clipNorm []float32
 	lossScale                     []float32 // float16 training: the loss scale the backward starts from
 	globalStep                    []float32 // optimizer steps taken, for a model that reads them (artifacts.Manifest.StepInput)
+	// trainIn, optIn and evalIn are the step inputs each graph reads.
+	trainIn, optIn, evalIn []*ort.Staged
+	// outputs are host values ONNX Runtime writes at each run.
+	outputs []*ort.Value
 	// termNames are the model's other floating scalar outputs (loss terms,
 	// a discriminator's logits), which every training run also returns to
 	// the host in terms, to be logged as train/<name>.
@@ -271,42 +277,58 @@ func (e *engine) readInto(f *safetensors.File, name string, dev *ort.Value) erro
 	return e.train.Copy(dev, host)
 }
 
-// bind prepares every binding once. Scalars and outputs are host values
-// that ONNX Runtime writes and reads in place.
+// bind prepares every binding once. Step inputs are device values pushed
+// from the host before each run; outputs are host values ONNX Runtime
+// writes at each run.
 func (e *engine) bind(feeds data.Feeds) error {
-	scalar := func(v any) (*ort.Value, error) {
-		var s *ort.Value
-		var err error
-		switch x := v.(type) {
-		case bool:
-			s, err = ort.NewScalar(x)
-		case float32:
-			s, err = ort.NewScalar(x)
-		}
+	input := func(dt ort.DType) (*ort.Staged, error) {
+		st, err := e.train.NewStaged(dt, []int64{})
 		if err == nil {
-			e.scalars = append(e.scalars, s)
+			e.inputs = append(e.inputs, st)
 		}
-		return s, err
+		return st, err
 	}
-	var vals [11]*ort.Value
-	for i, init := range []any{true, float32(0), float32(1), float32(1), float32(0), float32(0), float32(0), float32(0), false, float32(1), true} {
+	var ins [7]*ort.Staged
+	for i := range ins {
+		dt := ort.Float32
+		if i == 0 {
+			dt = ort.Bool
+		}
 		var err error
-		if vals[i], err = scalar(init); err != nil {
+		if ins[i], err = input(dt); err != nil {
 			return err
 		}
 	}
-	reset, lr, step, gscale, clip, loss, gnorm, eloss := vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7]
-	e.reset = ort.Data[bool](reset)
-	e.lr, e.step, e.gradScale, e.clipNorm = ort.Data[float32](lr), ort.Data[float32](step), ort.Data[float32](gscale), ort.Data[float32](clip)
-	e.loss, e.gradNorm, e.evalLoss = ort.Data[float32](loss), ort.Data[float32](gnorm), ort.Data[float32](eloss)
-	lscale, ufinite := vals[9], vals[10]
-	e.lossScale = ort.Data[float32](lscale)
-	e.updateFinite = ort.Data[bool](ufinite)
-	gstep, err := scalar(float32(0))
-	if err != nil {
-		return err
+	reset, lr, step, gscale, clip, lscale, gstep := ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], ins[6]
+	e.reset = ort.Data[bool](reset.Host)
+	e.lr, e.step, e.gradScale, e.clipNorm = ort.Data[float32](lr.Host), ort.Data[float32](step.Host), ort.Data[float32](gscale.Host), ort.Data[float32](clip.Host)
+	e.lossScale, e.globalStep = ort.Data[float32](lscale.Host), ort.Data[float32](gstep.Host)
+	e.reset[0], e.step[0], e.gradScale[0], e.lossScale[0] = true, 1, 1, 1
+
+	output := func(v any) (*ort.Value, error) {
+		var o *ort.Value
+		var err error
+		switch x := v.(type) {
+		case bool:
+			o, err = ort.NewScalar(x)
+		case float32:
+			o, err = ort.NewScalar(x)
+		}
+		if err == nil {
+			e.outputs = append(e.outputs, o)
+		}
+		return o, err
 	}
-	e.globalStep = ort.Data[float32](gstep)
+	var outs [4]*ort.Value
+	for i, init := range []any{float32(0), float32(0), float32(0), true} {
+		var err error
+		if outs[i], err = output(init); err != nil {
+			return err
+		}
+	}
+	loss, gnorm, eloss, ufinite := outs[0], outs[1], outs[2], outs[3]
+	e.loss, e.gradNorm, e.evalLoss = ort.Data[float32](loss), ort.Data[float32](gnorm), ort.Data[float32](eloss)
+	e.updateFinite = ort.Data[bool](ufinite)
 
 	m := e.m
 	var termVals []*ort.Value
@@ -314,7 +336,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 		if o.Name == m.Loss || !o.Tensor || o.DType != ort.Float32 || len(o.Shape) != 0 || !slices.Contains(m.Outputs, o.Name) {
 			continue
 		}
-		v, err := scalar(float32(0))
+		v, err := output(float32(0))
 		if err != nil {
 			return err
 		}
@@ -325,6 +347,17 @@ func (e *engine) bind(feeds data.Feeds) error {
 	takesStep := func(s *ort.Session) bool {
 		return m.StepInput != "" && slices.ContainsFunc(s.Inputs(), func(in ort.IOInfo) bool { return in.Name == m.StepInput })
 	}
+	e.trainIn = []*ort.Staged{reset}
+	if m.LossScaleInput != "" {
+		e.trainIn = append(e.trainIn, lscale)
+	}
+	if takesStep(e.train) {
+		e.trainIn = append(e.trainIn, gstep)
+	}
+	e.optIn = []*ort.Staged{lr, step, gscale, clip}
+	if takesStep(e.eval) {
+		e.evalIn = []*ort.Staged{gstep}
+	}
 	for p := range 2 {
 		for g := range 2 {
 			for u := range 2 {
@@ -334,12 +367,12 @@ func (e *engine) bind(feeds data.Feeds) error {
 				}
 				e.trainB[p][g][u] = b
 				e.allTrain = append(e.allTrain, b)
-				errs := []error{b.BindInput(m.Reset, reset), b.BindOutput(m.Loss, loss)}
+				errs := []error{b.BindInput(m.Reset, reset.Device), b.BindOutput(m.Loss, loss)}
 				if m.LossScaleInput != "" {
-					errs = append(errs, b.BindInput(m.LossScaleInput, lscale))
+					errs = append(errs, b.BindInput(m.LossScaleInput, lscale.Device))
 				}
 				if takesStep(e.train) {
-					errs = append(errs, b.BindInput(m.StepInput, gstep))
+					errs = append(errs, b.BindInput(m.StepInput, gstep.Device))
 				}
 				for i, name := range e.termNames {
 					errs = append(errs, b.BindOutput(name, termVals[i]))
@@ -361,8 +394,8 @@ func (e *engine) bind(feeds data.Feeds) error {
 			}
 			e.optB[p][g] = b
 			o := m.Optimizer
-			errs := []error{b.BindInput(o.LRInput, lr), b.BindInput(o.StepInput, step), b.BindInput(o.GradScaleInput, gscale),
-				b.BindInput(o.ClipNormInput, clip), b.BindOutput(o.GradNormOutput, gnorm)}
+			errs := []error{b.BindInput(o.LRInput, lr.Device), b.BindInput(o.StepInput, step.Device), b.BindInput(o.GradScaleInput, gscale.Device),
+				b.BindInput(o.ClipNormInput, clip.Device), b.BindOutput(o.GradNormOutput, gnorm)}
 			if o.UpdateFiniteOutput != "" {
 				errs = append(errs, b.BindOutput(o.UpdateFiniteOutput, ufinite))
 			}
@@ -388,7 +421,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 			e.allEval = append(e.allEval, b)
 			errs := append(e.bindCommon(b, p, u, e.ema != nil), b.BindOutput(m.Loss, eloss))
 			if takesStep(e.eval) {
-				errs = append(errs, b.BindInput(m.StepInput, gstep))
+				errs = append(errs, b.BindInput(m.StepInput, gstep.Device))
 			}
 			for _, name := range e.fetch {
 				errs = append(errs, b.BindOutputOnHost(name))
@@ -398,6 +431,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 			}
 		}
 	}
+	var err error
 	if e.trainData, err = newStage(e.train, m, feeds); err != nil {
 		return err
 	}
@@ -441,7 +475,10 @@ func firstErr(what string, errs []error) error {
 func (e *engine) forward(reset bool, globalStep int64) (float64, error) {
 	e.reset[0], e.globalStep[0] = reset, float32(globalStep)
 	start := time.Now()
-	err := e.trainB[e.p][e.g][e.u].Run()
+	err := push(e.trainIn)
+	if err == nil {
+		err = e.trainB[e.p][e.g][e.u].Run()
+	}
 	e.ortTime += time.Since(start)
 	if err != nil {
 		return 0, fmt.Errorf("training graph: %w", err)
@@ -461,7 +498,9 @@ func (e *engine) forward(reset bool, globalStep int64) (float64, error) {
 func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gradNorm float64, applied bool, err error) {
 	e.lr[0], e.step[0], e.gradScale[0], e.clipNorm[0] = float32(lr), float32(step), float32(gradScale), float32(clipNorm)
 	start := time.Now()
-	err = e.optB[e.p][e.g].Run()
+	if err = push(e.optIn); err == nil {
+		err = e.optB[e.p][e.g].Run()
+	}
 	e.ortTime += time.Since(start)
 	if err != nil {
 		return math.NaN(), false, fmt.Errorf("optimizer graph: %w", err)
@@ -506,6 +545,9 @@ func (e *engine) evaluate() (float64, error) {
 		if err := b.BindOutputOnHost(name); err != nil {
 			return 0, fmt.Errorf("eval graph: %w", err)
 		}
+	}
+	if err := push(e.evalIn); err != nil {
+		return 0, fmt.Errorf("eval graph: %w", err)
 	}
 	if err := b.Run(); err != nil {
 		return 0, fmt.Errorf("eval graph: %w", err)
@@ -667,8 +709,11 @@ func (e *engine) close() {
 			pr.v[1].Close()
 		}
 	}
-	for _, v := range append(append(e.frozen, e.scalars...), append(e.trainData.vals, e.evalData.vals...)...) {
+	for _, v := range append(e.frozen, e.outputs...) {
 		v.Close()
+	}
+	for _, st := range append(e.inputs, append(e.trainData.vals, e.evalData.vals...)...) {
+		st.Close()
 	}
 	for _, s := range []*ort.Session{e.train, e.op, e.eval} {
 		if s != nil {
@@ -677,15 +722,17 @@ func (e *engine) close() {
 	}
 }
 
-// stage holds host tensors for a graph's data inputs. A batch is copied
-// into them and they are bound once; new values are made and bound again
-// only when a batch's shape changes (the short last batch of an epoch).
+// stage holds a graph's data inputs: host tensors a batch is copied into
+// and the device tensors they are pushed to, which the bindings read. They
+// are made and bound once; new ones only when a batch's shape changes (the
+// short last batch of an epoch).
 type stage struct {
+	s      *ort.Session
 	names  []string // the graph's data inputs, in manifest order
 	dtypes []ort.DType
-	vals   []*ort.Value
-	raw    [][]byte
-	src    []int // index of each input's tensor in the batch; -1 until resolved
+	vals   []*ort.Staged
+	raw    [][]byte // host views of vals
+	src    []int    // index of each input's tensor in the batch; -1 until resolved
 	feeds  data.Feeds
 }
 
@@ -694,7 +741,7 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 	for _, in := range s.Inputs() {
 		inputs[in.Name] = true
 	}
-	st := stage{feeds: feeds}
+	st := stage{s: s, feeds: feeds}
 	for _, d := range m.Data {
 		if !inputs[d.Name] {
 			continue // e.g. an eval graph that does not take the target
@@ -706,7 +753,7 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 		st.names = append(st.names, d.Name)
 		st.dtypes = append(st.dtypes, dt)
 	}
-	st.vals = make([]*ort.Value, len(st.names))
+	st.vals = make([]*ort.Staged, len(st.names))
 	st.raw = make([][]byte, len(st.names))
 	st.src = make([]int, len(st.names))
 	for i := range st.src {
@@ -715,7 +762,7 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 	return st, nil
 }
 
-// load copies batch b into the staged tensors, rebinding them in bs when
+// load copies batch b to the device, rebinding the inputs in bs when
 // their shape changed. It returns the number of samples.
 func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 	rows := 0
@@ -730,23 +777,23 @@ func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 			rows = t.Shape[0]
 		}
 		v := st.vals[i]
-		if v == nil || !sameDims(v.Shape(), t.Shape) {
+		if v == nil || !sameDims(v.Host.Shape(), t.Shape) {
 			shape := make([]int64, len(t.Shape))
 			for k, d := range t.Shape {
 				shape[k] = int64(d)
 			}
-			nv, err := ort.NewEmpty(st.dtypes[i], shape)
+			nv, err := st.s.NewStaged(st.dtypes[i], shape)
 			if err != nil {
-				return 0, err
+				return 0, fmt.Errorf("data input %s%v: %w", name, shape, err)
 			}
 			for _, bd := range bs {
-				if err := bd.BindInput(name, nv); err != nil {
+				if err := bd.BindInput(name, nv.Device); err != nil {
 					nv.Close()
 					return 0, fmt.Errorf("data input %s%v: %w", name, shape, err)
 				}
 			}
 			v.Close()
-			st.vals[i], st.raw[i] = nv, hostBytes(nv)
+			st.vals[i], st.raw[i] = nv, hostBytes(nv.Host)
 		}
 		switch t.DType {
 		case data.Float32:
@@ -755,6 +802,9 @@ func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 			copy(st.raw[i], asBytes(t.I64))
 		case data.Uint8:
 			copy(st.raw[i], t.U8)
+		}
+		if err := st.vals[i].Push(); err != nil {
+			return 0, fmt.Errorf("data input %s: %w", name, err)
 		}
 	}
 	return rows, nil
@@ -785,6 +835,16 @@ func sameDims(a []int64, b []int) bool {
 		}
 	}
 	return true
+}
+
+// push copies step inputs to the device before a run reads them.
+func push(inputs []*ort.Staged) error {
+	for _, st := range inputs {
+		if err := st.Push(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	// Every test binds inputs as the CUDA provider does: a host buffer
+	// rewritten in place after it was bound never reaches a run.
+	ort.SetBindTimeCopy(true)
 	var err error
 	if tempRoot, err = os.MkdirTemp("", "ortrain-trainer-"); err != nil {
 		panic(err)
@@ -205,8 +208,10 @@ func asFloat32(b []byte) []float32 {
 
 // TestStateStaysOnDevice counts the copies through the ort layer between
 // steps 2 and 20 of a run without checkpoints or validation in between:
-// weights, gradients, optimizer state and buffers cross zero times, and
-// every parameter is always one of its two preallocated buffers.
+// only the batches and the step scalars go to the device (weights,
+// gradients, optimizer state and buffers cross zero times), nothing comes
+// back through a copy, and every parameter is always one of its two
+// preallocated buffers.
 func TestStateStaysOnDevice(t *testing.T) {
 	c := testConfig(t, mlpArtifacts(t), "trainer.checkpoint_every_n_steps=0", "trainer.val_check_interval=1000")
 	var before, after ort.TransferStats
@@ -224,8 +229,11 @@ func TestStateStaysOnDevice(t *testing.T) {
 	}
 	d := after.Sub(before)
 	t.Logf("steps 3..20: %+v", d)
-	if d != (ort.TransferStats{}) {
-		t.Errorf("18 steps moved %+v through the ort layer, want none", d)
+	// Per step: 2 micro-batches of 8 samples of 4 float32 features and an
+	// int64 label, and at most 7 scalars of 4 bytes.
+	const batches, scalars = 2 * 8 * (4*4 + 8), 7 * 4
+	if d.DeviceToHost != 0 || d.HostToDevice == 0 || d.Bytes > 18*(batches+scalars) {
+		t.Errorf("18 steps moved %+v through the ort layer, want only batches and scalars to the device (at most %d bytes)", d, 18*(batches+scalars))
 	}
 }
 
