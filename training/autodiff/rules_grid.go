@@ -197,7 +197,11 @@ func gridPad(b *B, u, pad string, align bool, s float64, dt dtype.DType) (string
 		u = b.Add(b.Add(extra, b.Mul(odd, b.Sub(c(span), b.Mul(extra, c(2))))), c(lo))
 		d = b.Mul(b.Where(b.Less(t, c(0)), c(-1), c(1)), b.Sub(c(1), b.Mul(odd, c(2))))
 	}
-	inside := b.Cast(b.Not(b.Or(b.Less(u, c(0)), b.Greater(u, c(s-1)))), dt)
+	// Clipping is flat from s-1 on: a coordinate exactly there takes that
+	// side's slope, 0, not the slope towards a corner beyond the edge,
+	// which is neither one-sided derivative (at 0 the interior's, the
+	// right-hand one, is kept).
+	inside := b.Cast(b.Op("And", []string{b.Not(b.Less(u, c(0))), b.Less(u, c(s-1))}), dt)
 	if d == "" {
 		d = inside
 	} else {
