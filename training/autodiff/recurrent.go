@@ -16,8 +16,12 @@ import (
 // projection is one MatMul over all steps, each step adds the hidden
 // state's. Inference (the eval graph) keeps the native op.
 //
-// What PyTorch never exports is refused with the node named:
-// sequence_lens, clip, activations other than the defaults, input_forget.
+// Padded sequences (sequence_lens) are masked as ONNX specifies: a step at
+// or past a sequence's length keeps its state (so Y_h and Y_c are the
+// states after its last step, the first one in reverse) and writes zeros
+// to Y, and through the mask neither its input nor the weights receive
+// gradient from it. What PyTorch never exports is refused with the node
+// named: clip, activations other than the defaults, input_forget.
 func UnrollRecurrent(g *graph.Graph) error {
 	var rec []*graph.Node
 	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *graph.Node) bool {
@@ -69,9 +73,6 @@ func unroll(g *graph.Graph, n *graph.Node) error {
 	default:
 		return fail("direction %q", d)
 	}
-	if n.Input(4) != "" {
-		return fail("sequence_lens (padded sequences) cannot be unrolled for training")
-	}
 	if n.Attr("clip") != nil {
 		return fail("clip is not supported for training")
 	}
@@ -115,6 +116,14 @@ func unroll(g *graph.Graph, n *graph.Node) error {
 			return b.Gather(v, index(d), 1)
 		}
 		return b.Gather(v, index(d), 0)
+	}
+	// valid[t] is [batch, 1], true where step t is inside the sequence.
+	var valid []string
+	if n.Input(4) != "" {
+		lens := b.Unsqueeze(b.Cast(n.Input(4), dtype.Int64), 1)
+		for t := range steps {
+			valid = append(valid, b.Less(index(t), lens))
+		}
 	}
 	var ys, hs, cs []string
 	for d := range dirs {
@@ -169,6 +178,7 @@ func unroll(g *graph.Graph, n *graph.Node) error {
 				t = steps - 1 - s
 			}
 			xt := b.Gather(xw, index(t), 0) // [batch, gates·h]
+			hOld, cOld := hPrev, cPrev
 			switch n.Op {
 			case "LSTM":
 				v := b.Add(xt, b.MatMul(hPrev, rt))
@@ -205,7 +215,15 @@ func unroll(g *graph.Graph, n *graph.Node) error {
 			default:
 				hPrev = b.Tanh(b.Add(xt, b.MatMul(hPrev, rt)))
 			}
-			outs[t] = b.Unsqueeze(hPrev, 0) // [1, batch, h]
+			out := hPrev
+			if valid != nil {
+				hPrev = b.Where(valid[t], hPrev, hOld)
+				if n.Op == "LSTM" {
+					cPrev = b.Where(valid[t], cPrev, cOld)
+				}
+				out = b.Where(valid[t], hPrev, b.ZerosLike(hPrev))
+			}
+			outs[t] = b.Unsqueeze(out, 0) // [1, batch, h]
 		}
 		ys = append(ys, b.Unsqueeze(b.Concat(0, outs...), 1)) // [seq, 1, batch, h]
 		hs = append(hs, b.Unsqueeze(hPrev, 0))

@@ -7,15 +7,13 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/onnxpb"
 	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
 // TestUnrollRecurrentRefuses: what an unrolled recurrence cannot express
-// (padded sequences, a sequence length not fixed, clipped or non-default
-// activations) is refused as bad input naming the node. The unrolled recurrences themselves are checked against
+// (a sequence length not fixed, clipped or non-default activations) is refused as bad input naming the node. The unrolled recurrences themselves are checked against
 // PyTorch autograd in models/pytorch (a bidirectional 2-layer LSTM, a GRU,
 // a tanh RNN).
 func TestUnrollRecurrentRefuses(t *testing.T) {
@@ -23,25 +21,19 @@ func TestUnrollRecurrentRefuses(t *testing.T) {
 		name  string
 		seq   int64
 		attrs []*graph.Attr
-		lens  bool
 		want  string
 	}{
-		{"sequence length free", -1, nil, false, "fixed sequence length"},
-		{"padded sequences", 5, nil, true, "sequence_lens"},
-		{"clip", 5, []*graph.Attr{graph.AFloat("clip", 3)}, false, "clip"},
+		{"sequence length free", -1, nil, "fixed sequence length"},
+		{"clip", 5, []*graph.Attr{graph.AFloat("clip", 3)}, "clip"},
 		{"activations", 5, []*graph.Attr{{Name: proto.String("activations"), Type: onnxpb.AttributeProto_STRINGS.Enum(),
-			Strings: [][]byte{[]byte("Sigmoid"), []byte("Relu"), []byte("Tanh")}}}, false, "Relu"},
+			Strings: [][]byte{[]byte("Sigmoid"), []byte("Relu"), []byte("Tanh")}}}, "Relu"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := graph.New("t", graph.EmitOpset)
 			g.AddInput("x", graph.Info{DType: f32, Known: true, Shape: []int64{c.seq, -1, 3}})
 			g.AddInput("w", graph.Info{DType: f32, Known: true, Shape: []int64{1, 8, 3}})
 			g.AddInput("r", graph.Info{DType: f32, Known: true, Shape: []int64{1, 8, 2}})
-			g.AddInput("lens", graph.Info{DType: ort.Int32, Known: true, Shape: []int64{-1}})
 			in := []string{"x", "w", "r", "", ""}
-			if c.lens {
-				in[4] = "lens"
-			}
 			g.AddNode(&graph.Node{Op: "LSTM", Name: "enc/lstm", Inputs: in, Outputs: []string{"y"},
 				Attrs: append([]*graph.Attr{graph.AInt("hidden_size", 2)}, c.attrs...)})
 			err := autodiff.UnrollRecurrent(g)
