@@ -89,6 +89,9 @@ type Trainer struct {
 	updates     int64       // optimizer updates applied (skipped steps excluded)
 	skipsInARow int         // steps skipped since the last applied one, float16 overflows excluded
 	overflows   overflowRun // float16 overflows since the last applied step
+	// changeSeen: an update at lr > 0 was seen to change the weights
+	// (checked once, at the first such update of the process).
+	changeSeen bool
 	skippedBad  int64       // bad samples the loader dropped (data.skip_bad_files)
 	cursor      data.Cursor // where the train loader resumes after the last step
 	accum       int
@@ -422,6 +425,16 @@ func (t *Trainer) step() (callback.StepResult, error) {
 	}
 	switch {
 	case ok:
+		if !t.changeSeen && r.LR > 0 {
+			change, err := t.eng.weightChange()
+			if err != nil {
+				return r, err
+			}
+			if change == 0 {
+				return r, &StillWeightsError{Step: t.state.Step + 1, LR: r.LR, GradNorm: r.GradNorm, Device: t.eng.train.Device()}
+			}
+			t.changeSeen = true
+		}
 		t.updates++
 		t.skipsInARow = 0
 		t.overflows = overflowRun{}
@@ -670,6 +683,21 @@ func checkCompatible(c *config.Config) error {
 		return &config.Error{Key: "trainer.gradient_clip_algorithm", Msg: fmt.Sprintf("%q: optimizer.onnx clips by global norm only; use \"norm\" or gradient_clip_val = 0", c.Trainer.GradientClipAlgorithm)}
 	}
 	return nil
+}
+
+// StillWeightsError stops a run whose first optimizer update at a
+// learning rate above zero left every trainable weight as it was: steps
+// that change nothing must not be logged as training.
+type StillWeightsError struct {
+	Step         int64 // the optimizer step, 1-based
+	LR, GradNorm float64
+	Device       ort.Device
+}
+
+func (e *StillWeightsError) Error() string {
+	return fmt.Sprintf("step %d: the optimizer update at lr %g (gradient norm %g) changed no trainable weight on %v; stopped, since the run would not train. "+
+		"A gradient norm of 0 means the loss does not depend on the weights (check model.loss and the data); otherwise the update did not take effect on %v, a fault of ortrain or of ONNX Runtime's provider (please report it with `ortrain doctor --device %v`)",
+		e.Step, e.LR, e.GradNorm, e.Device, e.Device, e.Device)
 }
 
 // NonFiniteError stops a run whose loss or gradient norm is NaN or Inf

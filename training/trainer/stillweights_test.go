@@ -1,0 +1,76 @@
+package trainer
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ortrain/ortrain/ort/onnxpb"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/artifacts"
+)
+
+// TestUpdateThatChangesNothingStops: an optimizer graph whose update is
+// forced to zero (every new parameter is the old one) stops the run at its
+// first step with lr > 0, naming the step, instead of logging steps that do
+// not train; with the real optimizer graph the same run trains.
+func TestUpdateThatChangesNothingStops(t *testing.T) {
+	orttest.Init(t)
+	dir := filepath.Join(t.TempDir(), "mlp")
+	m, err := artifacts.Build(artifacts.Options{Graph: mlp(rand.New(rand.NewPCG(1, 2))), Out: dir, Loss: "cross_entropy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testConfig(t, dir, "trainer.max_steps=3", "trainer.checkpoint_every_n_steps=0", "trainer.val_check_interval=1000")
+	if _, err := run(t, c, "", "", &recorder{}); err != nil {
+		t.Fatalf("with the real update: %v", err)
+	}
+
+	path := filepath.Join(dir, artifacts.OptimizerFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var model onnxpb.ModelProto
+	if err := proto.Unmarshal(raw, &model); err != nil {
+		t.Fatal(err)
+	}
+	g := model.Graph
+	for _, p := range m.Params {
+		for _, n := range g.Node {
+			for i, out := range n.Output {
+				if out == p.Name+".out" {
+					n.Output[i] = p.Name + ".out.unused"
+				}
+			}
+		}
+		g.Node = append(g.Node, &onnxpb.NodeProto{OpType: proto.String("Identity"), Input: []string{p.Name}, Output: []string{p.Name + ".out"}})
+	}
+	if raw, err = proto.Marshal(&model); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	_, err = run(t, c, "", "", rec)
+	var still *StillWeightsError
+	if !errors.As(err, &still) {
+		t.Fatalf("a run whose update changes nothing ended with %v, want a StillWeightsError", err)
+	}
+	// The warm-up starts at lr 0: the check waits for the first update
+	// that could change anything.
+	for _, r := range rec.results {
+		if r.LR != 0 {
+			t.Errorf("a step at lr %g was logged before the run stopped", r.LR)
+		}
+	}
+	if still.Step != int64(len(rec.results))+1 || !(still.LR > 0) || !strings.Contains(err.Error(), "changed no trainable weight") {
+		t.Errorf("stopped at step %d, lr %g after %d logged steps: %v; want the first step at lr > 0", still.Step, still.LR, len(rec.results), err)
+	}
+}
