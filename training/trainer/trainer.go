@@ -92,24 +92,24 @@ type Trainer struct {
 	// changeSeen: an update at lr > 0 was seen to change the weights
 	// (checked once, at the first such update of the process).
 	changeSeen bool
-	skippedBad  int64       // bad samples the loader dropped (data.skip_bad_files)
-	cursor      data.Cursor // where the train loader resumes after the last step
-	accum       int
-	terms       []float64 // StepResult.Terms, reused
-	comm        *collective.Comm
-	dcomm       *collective.DeviceComm // NCCL, for gradients on a GPU
-	valShards   bool                   // each rank validates its shard (see New)
-	valPad      int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
-	reduce      []float64              // the step's scalars summed across ranks, reused
-	bucket      []float32              // gradients packed for one sum (sumGradients)
-	pending     [][]float32            // the gradients in bucket, in order
-	clip        float64
-	valEvery    int64
-	tokens      int64  // tokens per sample for token models, else 0
-	lastGood    string // newest checkpoint known whole
-	configHash  string
-	configTOML  string
-	classes     []string // the training set's class folders, when it has them
+	skippedBad int64       // bad samples the loader dropped (data.skip_bad_files)
+	cursor     data.Cursor // where the train loader resumes after the last step
+	accum      int
+	terms      []float64 // StepResult.Terms, reused
+	comm       *collective.Comm
+	dcomm      *collective.DeviceComm // NCCL, for gradients on a GPU
+	valShards  bool                   // each rank validates its shard (see New)
+	valPad     int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
+	reduce     []float64              // the step's scalars summed across ranks, reused
+	bucket     []float32              // gradients packed for one sum (sumGradients)
+	pending    [][]float32            // the gradients in bucket, in order
+	clip       float64
+	valEvery   int64
+	tokens     int64  // tokens per sample for token models, else 0
+	lastGood   string // newest checkpoint known whole
+	configHash string
+	configTOML string
+	classes    []string // the training set's class folders, when it has them
 }
 
 // schedState is what a checkpoint stores for the schedule: the schedule
