@@ -191,7 +191,7 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 		config["session.disable_cpu_ep_fallback"] = "1"
 	}
 	if len(opts.DisabledOptimizers) > 0 {
-		config["optimization.disable_specified_optimizers"] = strings.Join(opts.DisabledOptimizers, ",")
+		config["optimization.disable_specified_optimizers"] = strings.Join(opts.DisabledOptimizers, ";") // ONNX Runtime splits the list at semicolons
 	}
 	for k, v := range config {
 		ck, cv := C.CString(k), C.CString(v)

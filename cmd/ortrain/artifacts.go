@@ -47,6 +47,7 @@ Examples:
 					&cli.StringSliceFlag{Name: "input-shape", Usage: "fix an input's sizes, NAME=D1xD2x... with -1 for a free dimension (image=-1x3x224x224), for rules that need static sizes (repeatable)"},
 					&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "fp32, or bf16 / fp16 for mixed precision (low-precision matrix products and what follows them, float32 master weights, optimizer and fragile ops)"},
 					&cli.StringFlag{Name: "device", Value: "cpu", Usage: "with --precision: the device whose kernels decide what runs in low precision (cpu, cuda:N); ops without a kernel stay float32, matrix products are emulated"},
+					&cli.Int64Flag{Name: "seed", Usage: "seeds the training graph's random nodes (Dropout masks); a run on these artifacts must use the same seed"},
 					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
 					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)", DefaultText: optimDefault(func(c optim.Config) float64 { return c.LR })},
@@ -147,6 +148,7 @@ func artifactsBuild(c *cli.Context) error {
 		Frozen:         c.StringSlice("frozen"),
 		StopGradient:   c.StringSlice("stop-gradient"),
 		Recompute:      c.String("recompute"),
+		Seed:           c.Int64("seed"),
 		Optimizer:      optimizerFlags(c),
 	})
 	if err != nil {

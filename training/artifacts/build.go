@@ -61,6 +61,9 @@ type Options struct {
 	// sizes (Conv, Slice, Resize in exported attention and U-Nets) then
 	// build.
 	InputShapes map[string][]int64
+	// Seed (the run's seed, config seed) seeds the training graph's random
+	// nodes (Dropout, RandomNormal...); see Manifest.RandomSeed.
+	Seed int64
 }
 
 // Error is a build request ortrain rejects.
@@ -226,6 +229,9 @@ func Build(opts Options) (*Manifest, error) {
 	train, err := trainingGraph(g, spec, trainable, m)
 	if err != nil {
 		return nil, err
+	}
+	if seedRandom(train, opts.Seed) > 0 {
+		m.RandomSeed = &opts.Seed
 	}
 	eval, err := evalGraph(g, spec)
 	if err != nil {

@@ -156,6 +156,10 @@ type Manifest struct {
 	// Recompute is the policy the training graph was built with: which
 	// forward values its backward recomputes (autodiff.RecomputePolicies).
 	Recompute string `json:"recompute,omitempty"`
+	// RandomSeed is the seed the training graph's random nodes (Dropout's
+	// masks) were seeded from (Options.Seed); nil when it has none. The
+	// seeds are node attributes, fixed when the graphs are built.
+	RandomSeed *int64 `json:"random_seed,omitempty"`
 	// Classes is a cross-entropy loss's class count (its logits' axis 1);
 	// 0 for other losses. Setup checks a class-folder dataset against it.
 	Classes int `json:"classes,omitempty"`

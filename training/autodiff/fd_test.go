@@ -58,6 +58,8 @@ type fdCase struct {
 	build   func(b *graph.Builder, x []string) string
 	trainBN bool  // expand training-mode BatchNormalization first
 	opset   int64 // the graph's ai.onnx opset; 0 is graph.EmitOpset
+	// conv is the form of convolution gradients; "" is the default.
+	conv autodiff.ConvForm
 }
 
 func op(name string, attrs ...*graph.Attr) func(b *graph.Builder, x []string) string {
@@ -182,7 +184,7 @@ func checkFD(t *testing.T, c fdCase, seed uint64) {
 	}
 	proj, _ := graph.Floats("", c.dtype, yi.Shape, fill(r, normal, int(ort.Numel(yi.Shape))))
 	loss := b.ReduceSum(b.Mul(y, b.Const(proj)), false)
-	grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
+	grads, err := autodiff.GradientsWith(g, loss, wrt, "grad/", autodiff.Options{ConvForm: c.conv})
 	if err != nil {
 		t.Fatal(err)
 	}

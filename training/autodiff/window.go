@@ -22,7 +22,11 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	}
 	group := n.Int("group", 1)
 	if need[0] {
-		dx[0] = convInputGrad(b, g, n.Inputs[1], w, in, out, group)
+		if convForm(b) == ConvFormOps {
+			dx[0] = b.Op("ConvTranspose", []string{g, n.Inputs[1]}, windowAttrs(w, group, outputPadding(w, in, out))...)
+		} else {
+			dx[0] = convInputGrad(b, g, n.Inputs[1], w, in, out, group)
+		}
 	}
 	if need[1] {
 		dx[1] = convWeightGrad(b, x(n), g, n.Inputs[1], w, in, out, group)
@@ -99,10 +103,11 @@ func insertZeros(b *B, g string, i int, s int64, sizes []int64) string {
 
 // convWeightGrad is the weight gradient of the convolution of xv (spatial
 // sizes in) by weight wv with window w, given the gradient g of its output
-// (spatial sizes out). Without groups it is one GEMM per kernel offset
-// (convWeightGradGEMM); with groups, a convolution of X by dY with batch and
-// channel axes swapped, so that the sum over the batch becomes the sum over
-// input channels, strides and dilations trading places.
+// (spatial sizes out). In the offsets form without groups it is one GEMM
+// per kernel offset (convWeightGradGEMM). Otherwise it is one convolution
+// of X by dY with batch and channel axes swapped, so that the sum over the
+// batch becomes the sum over input channels, strides and dilations trading
+// places; a 1×1 stride-1 window unpadded is one GEMM.
 func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64, group int64) string {
 	xi, wi := b.Info(xv), b.Info(wv)
 	if !wi.Static() || xi.Shape[1] >= 0 && xi.Shape[1] != wi.Shape[1]*group {
@@ -111,8 +116,11 @@ func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64
 	// The weight fixes the input channels where inference lost them (a
 	// channel shuffle reshaped through the batch size).
 	channels := wi.Shape[1] * group
-	if group == 1 {
+	if group == 1 && convForm(b) == ConvFormOffsets {
 		return convWeightGradGEMM(b, xv, g, w, in, out, wi.Shape)
+	}
+	if group == 1 && pointwise(w) {
+		return convWeightGradPointwise(b, xv, g, wi.Shape)
 	}
 	r := len(in) + 2
 	swap := []int64{1, 0}
@@ -140,9 +148,41 @@ func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64
 	full := b.Op("Conv", []string{xt, gt}, graph.AInts("strides", w.Dilations), graph.AInts("dilations", w.Strides),
 		graph.AInts("pads", w.Pads), graph.AInt("group", group))
 	k := wi.Shape[2:]
-	zeros := make([]int64, len(k))
-	full = b.Op("Slice", []string{full, b.Ints(zeros...), b.Ints(k...), b.Ints(spatialAxes(r)...)})
+	// The correlation reaches offsets past the kernel where the forward's
+	// last window left input rows unread; those are cut off.
+	if fi := b.Info(full); !fi.Static() || !slices.Equal(fi.Shape[2:], k) {
+		zeros := make([]int64, len(k))
+		full = b.Op("Slice", []string{full, b.Ints(zeros...), b.Ints(k...), b.Ints(spatialAxes(r)...)})
+	}
 	return b.Transpose(full, swap...)
+}
+
+// pointwise reports a 1×1 window with unit strides and no padding: each
+// output position reads exactly its own input position.
+func pointwise(w graph.WindowAttrs) bool {
+	for i, k := range w.Kernel {
+		if k != 1 || w.Strides[i] != 1 || w.Pads[i] != 0 || w.Pads[len(w.Kernel)+i] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// convWeightGradPointwise is the weight gradient of a pointwise
+// convolution, dW[m,c] = Σ_{n,p} dY[n,m,p]·X[n,c,p]: one GEMM of dY as
+// [M, N·P] by X as [C, N·P] transposed, after moving the channels in front
+// of the batch. A batched GEMM per image would skip those two copies but
+// writes an [N, M, C] partial product, larger than the activations in a
+// network's last stages.
+func convWeightGradPointwise(b *B, xv, g string, wshape []int64) string {
+	m, c := wshape[0], wshape[1]
+	swap := []int64{1, 0}
+	for i := 2; i < len(wshape); i++ {
+		swap = append(swap, int64(i))
+	}
+	xm := b.Reshape(b.Transpose(xv, swap...), b.Ints(c, -1))
+	gm := b.Reshape(b.Transpose(g, swap...), b.Ints(m, -1))
+	return b.Reshape(b.Op("Gemm", []string{gm, xm}, graph.AInt("transB", 1)), b.Ints(wshape...))
 }
 
 // convWeightGradGEMM computes dW[m,c,κ] = Σ_{n,o} dY[n,m,o]·X̄[n,c,o·s+κ·d]

@@ -347,6 +347,12 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		if err := sameLoss(mc.Loss, mc.Artifacts, m); err != nil {
 			return "", nil, err
 		}
+		// Dropout's seeds are attributes of the prebuilt training graph:
+		// another run seed would silently keep the built one's masks.
+		if s := m.RandomSeed; s != nil && *s != c.Seed {
+			return "", nil, &config.Error{Key: "seed", Msg: fmt.Sprintf("%d, but the random nodes (Dropout) of the artifacts in %s were seeded from %d when they were built; set seed = %d, or rebuild them with ortrain artifacts build --seed %d",
+				c.Seed, mc.Artifacts, *s, *s, c.Seed)}
+		}
 		return mc.Artifacts, m, nil
 	}
 	if mc.ONNX == "" && mc.Recipe == "" {
@@ -391,7 +397,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		oc.NoDecay = []string{} // every parameter decays; nil exempts rank ≤ 1
 	}
 	opts := artifacts.Options{Model: mc.ONNX, Out: out, ConfigHash: hash, Trainable: mc.Trainable, Frozen: mc.Frozen, Optimizer: oc, Recompute: mc.Recompute, InputShapes: mc.InputShapes,
-		SoftTargets: c.Data.Kind == config.KindImages && c.Data.Images.Mixes()}
+		Seed: c.Seed, SoftTargets: c.Data.Kind == config.KindImages && c.Data.Images.Mixes()}
 	if mixed {
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)
 	}

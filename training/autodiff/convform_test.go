@@ -1,0 +1,86 @@
+package autodiff_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// convFormCases are windows that take special paths in one form or the
+// other: a pointwise Conv (one GEMM in the ops form, one offset in the
+// offsets form), a strided 1×1 (not pointwise), and a window whose last
+// input rows no output reads (the correlation overshoots the kernel).
+var convFormCases = []fdCase{
+	{name: "Conv/2d-pointwise", dtype: f32, ins: ins(normal, s(2, 3, 4, 5), s(4, 3, 1, 1), s(4)), build: op("Conv")},
+	{name: "Conv/3d-pointwise", dtype: f32, ins: ins(normal, s(2, 3, 2, 3, 2), s(2, 3, 1, 1, 1)), build: op("Conv")},
+	{name: "Conv/2d-1x1-stride", dtype: f32, ins: ins(normal, s(2, 3, 5, 5), s(4, 3, 1, 1)), build: op("Conv", ais("strides", s(2, 2)))},
+	{name: "Conv/2d-unread-rows", dtype: f32, ins: ins(normal, s(1, 2, 8, 7), s(3, 2, 3, 3)), build: op("Conv", ais("strides", s(3, 2)), ais("pads", s(1, 1, 0, 0)))},
+}
+
+func init() { ruleCases = append(ruleCases, convFormCases...) }
+
+// TestConvFormsAgainstFiniteDifferences runs every Conv and ConvTranspose
+// case in each gradient form; TestRulesAgainstFiniteDifferences runs them
+// in the default one.
+func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
+	n := 0
+	for i, c := range ruleCases {
+		if !strings.HasPrefix(c.name, "Conv/") && !strings.HasPrefix(c.name, "ConvTranspose/") {
+			continue
+		}
+		for _, f := range autodiff.ConvForms {
+			c := c
+			c.conv = f
+			n++
+			t.Run(string(f)+"/"+c.name, func(t *testing.T) { checkFD(t, c, uint64(i)) })
+		}
+	}
+	if n < 2*len(convFormCases) {
+		t.Fatalf("only %d conv cases found", n)
+	}
+}
+
+// TestConvFormsNodes checks what each form writes for a ResNet
+// bottleneck's convolutions: the ops form a ConvTranspose per input
+// gradient and one Conv or Gemm per weight gradient, no per-offset
+// MatMul; the offsets form one MatMul per kernel offset.
+func TestConvFormsNodes(t *testing.T) {
+	count := func(f autodiff.ConvForm) map[string]int {
+		g := graph.New("bottleneck", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 8, 6, 6}})
+		var wrt []string
+		for _, w := range []struct {
+			name  string
+			shape []int64
+		}{{"w1", s(4, 8, 1, 1)}, {"w2", s(4, 4, 3, 3)}, {"w3", s(8, 4, 1, 1)}} {
+			g.AddInput(w.name, graph.Info{DType: dtype.Float32, Known: true, Shape: w.shape})
+			wrt = append(wrt, w.name)
+		}
+		b := graph.NewBuilder(g, "fwd/")
+		h := b.Op("Conv", []string{"x", "w1"})
+		h = b.Op("Conv", []string{h, "w2"}, ais("pads", s(1, 1, 1, 1)), ais("strides", s(2, 2)))
+		h = b.Op("Conv", []string{h, "w3"})
+		wrt = append(wrt, "x")
+		if _, err := autodiff.GradientsWith(g, b.ReduceSum(h, false), wrt, "grad/", autodiff.Options{ConvForm: f}); err != nil {
+			t.Fatal(err)
+		}
+		ops := map[string]int{}
+		for _, n := range g.Nodes {
+			ops[n.Op]++
+		}
+		return ops
+	}
+	ops := count(autodiff.ConvFormOps)
+	if ops["ConvTranspose"] != 3 || ops["MatMul"] != 0 || ops["Gemm"] != 2 || ops["Conv"] != 3+1 {
+		t.Errorf("ops form: %v; want 3 ConvTranspose, 2 Gemm, 4 Conv, no MatMul", ops)
+	}
+	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 1+9+1 || offsets["ConvTranspose"] != 0 {
+		t.Errorf("offsets form: %v; want 11 MatMul, no ConvTranspose", offsets)
+	}
+	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
+		t.Error("an unknown form parsed")
+	}
+}
