@@ -16,6 +16,7 @@ import (
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/safetensors"
 	"github.com/ortrain/ortrain/training/validation"
@@ -37,6 +38,7 @@ type pair struct {
 type engine struct {
 	m               *artifacts.Manifest
 	train, eval, op *ort.Session
+	opts            ort.Options // the sessions', for graphs the engine builds itself
 
 	params, states []pair // flip together, after an applied optimizer step
 	// ema[i] is the index in states of params[i]'s moving average; nil
@@ -94,6 +96,7 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.
 	// ONNX Runtime's memory pattern would add a whole-run block on top of
 	// the arena at the second step; one step's buffers are enough.
 	opts.DisableMemPattern = true
+	e.opts = opts
 	if !opts.Device.CUDA && !opts.CPU.DisableArena {
 		// The three graphs share a CPU arena of their own: its peak is
 		// this engine's (memory), not an earlier one's in the process.
@@ -511,6 +514,70 @@ func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gr
 		return gn, true, nil
 	}
 	return gn, false, nil
+}
+
+// weightChange returns the largest absolute difference between the
+// parameters before and after the last applied update, computed on the
+// device by a graph built for it (one reduction per parameter): what shows
+// that an update changed anything without copying the weights out.
+func (e *engine) weightChange() (float64, error) {
+	g := graph.New("ortrain_weight_change", 17)
+	b := graph.NewBuilder(g, "")
+	var maxes []string
+	for i, pm := range e.params {
+		if pm.v[0].Len() == 0 {
+			continue
+		}
+		info := graph.Info{DType: pm.v[0].DType(), Known: true, Shape: pm.v[0].Shape()}
+		before, after := fmt.Sprintf("before%d", i), fmt.Sprintf("after%d", i)
+		g.AddInput(before, info)
+		g.AddInput(after, info)
+		d := b.ReduceMax(b.Abs(b.Sub(after, before)), false)
+		if info.DType != ort.Float32 {
+			d = b.Op("Cast", []string{d}, graph.AInt("to", int64(ort.Float32)))
+		}
+		maxes = append(maxes, d)
+	}
+	if len(maxes) == 0 {
+		return 0, nil
+	}
+	b.OpInto("change", "Max", maxes)
+	g.Outputs = []string{"change"}
+	model, err := g.Marshal()
+	if err != nil {
+		return 0, err
+	}
+	opts := e.opts
+	opts.CUDA.EnableCUDAGraph = false
+	s, err := ort.NewSessionFromBytes(model, opts)
+	if err != nil {
+		return 0, fmt.Errorf("weight change graph: %w", err)
+	}
+	defer s.Close()
+	bd, err := s.NewBinding()
+	if err != nil {
+		return 0, err
+	}
+	defer bd.Close()
+	out, err := ort.NewScalar(float32(0))
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	var errs []error
+	for i, pm := range e.params {
+		if pm.v[0].Len() > 0 {
+			errs = append(errs, bd.BindInput(fmt.Sprintf("before%d", i), pm.v[1-e.p]), bd.BindInput(fmt.Sprintf("after%d", i), pm.v[e.p]))
+		}
+	}
+	errs = append(errs, bd.BindOutput("change", out))
+	if err := firstErr("weight change graph", errs); err != nil {
+		return 0, err
+	}
+	if err := bd.Run(); err != nil {
+		return 0, fmt.Errorf("weight change graph: %w", err)
+	}
+	return float64(ort.Data[float32](out)[0]), nil
 }
 
 // gradients are the accumulated gradients the next update reads, as host
