@@ -112,15 +112,15 @@ func TestOpTable(t *testing.T) {
 		"the loss through it (exit 2, the node named). Ops outside the default domain\n" +
 		"(com.microsoft...) are unsupported unless listed. RNN, GRU and LSTM are\n" +
 		"unrolled into elementary ops before differentiation (`UnrollRecurrent`; the\n" +
-		"sequence length must be fixed), checked against PyTorch autograd in\n" +
-		"`models/pytorch`.\n\n" +
+		"sequence length must be fixed, padded sequences (sequence_lens) are masked),\n" +
+		"checked against PyTorch autograd in `models/pytorch` and as named below.\n\n" +
 		"| op | status | checked by |\n| --- | --- | --- |\n")
 	for _, op := range all {
 		switch {
 		case autodiff.Has(op):
-			fmt.Fprintf(&b, "| %s | rule | %s |\n", op, strings.Join(cases[op], ", "))
+			fmt.Fprintf(&b, "| %s | rule | %s |\n", op, strings.Join(append(cases[op], exactChecks[op]...), ", "))
 		case autodiff.Unrolled(op):
-			fmt.Fprintf(&b, "| %s | unrolled | PyTorch autograd (TestTorchvisionZooMatchesAutograd) |\n", op)
+			fmt.Fprintf(&b, "| %s | unrolled | %s |\n", op, strings.Join(append([]string{"PyTorch autograd (TestTorchvisionZooMatchesAutograd)"}, exactChecks[op]...), ", "))
 		case nd[op] != "":
 			fmt.Fprintf(&b, "| %s | non-differentiable | %s |\n", op, nd[op])
 		default:

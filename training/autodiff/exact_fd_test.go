@@ -11,6 +11,15 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 )
 
+// exactChecks names, per op, the tests on exact inputs for OPS.md.
+var exactChecks = map[string][]string{
+	"Resize":     {"TestResizeScalesAtRunTime (scales fed at run time: ONNX's test_resize_downsample_scales_linear and others)"},
+	"GridSample": {"TestGridSampleOnPixelCentres (grids on pixel centres, the kinks: ONNX's test_gridsample_bilinear and others)"},
+	"RNN":        {"TestRNNSeqLengthCase (ONNX's test_rnn_seq_length, float64)", "TestUnrolledSequenceLens (sequence_lens, against ONNX Runtime's op)"},
+	"GRU":        {"TestUnrolledSequenceLens (sequence_lens, against ONNX Runtime's op)"},
+	"LSTM":       {"TestUnrolledSequenceLens (sequence_lens, against ONNX Runtime's op)"},
+}
+
 // exactIn is an input of an exactCase with given values, as the single-node
 // models of ONNX's backend test suite (Debian's libonnx-testdata) feed them:
 // every input is a graph input, also the ones fixed here (Resize's scales,
