@@ -61,6 +61,9 @@ type Options struct {
 	// sizes (Conv, Slice, Resize in exported attention and U-Nets) then
 	// build.
 	InputShapes map[string][]int64
+	// ConvForm (--conv-grad) is how convolution gradients are written
+	// (autodiff.ConvForms); "" is autodiff's default.
+	ConvForm autodiff.ConvForm
 	// Seed (the run's seed, config seed) seeds the training graph's random
 	// nodes (Dropout, RandomNormal...); see Manifest.RandomSeed.
 	Seed int64
@@ -226,7 +229,7 @@ func Build(opts Options) (*Manifest, error) {
 	}
 
 	m.Classes = loss.Classes(g, spec)
-	train, err := trainingGraph(g, spec, trainable, m)
+	train, err := trainingGraph(g, spec, trainable, m, opts.ConvForm)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +450,7 @@ func stateInputs(m *Manifest) []string {
 
 // trainingGraph: forward in training mode, the loss, the gradients, and
 // acc.out = grad + (reset ? 0 : acc) per parameter.
-func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest) (*graph.Graph, error) {
+func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest, conv autodiff.ConvForm) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "training"
 	g.LowerTrainingOnly()
@@ -484,7 +487,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 		return nil, &Error{fmt.Sprintf("%sthe loss does not depend on the parameters %s through differentiable ops (or a stop-gradient cuts them off), so their gradient would always be zero: freeze them with --frozen GLOB (config model.frozen), or train only what the loss reaches with --trainable GLOB", which, strings.Join(un, ", "))}
 	}
 	forward := len(g.Nodes)
-	grads, err := autodiff.Gradients(g, seed, trainable, "grad/")
+	grads, err := autodiff.GradientsWith(g, seed, trainable, "grad/", autodiff.Options{ConvForm: conv})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ortrain/ortrain/models/diffusionlm"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/arrays"
@@ -401,6 +402,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	if mixed {
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)
 	}
+	opts.ConvForm = autodiff.ConvFormFor(session.Device.CUDA)
 	source := mc.ONNX
 	if mc.ONNX == "" {
 		rm, err := models.Build(mc.Recipe, mc.Params)
