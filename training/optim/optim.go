@@ -174,7 +174,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		g.AddInput(p.Name, p.Info)
 		g.AddInput(GradName(p.Name), p.Info)
 		grads[i] = b.Mul(GradName(p.Name), like(b, GradScale, p))
-		sq = append(sq, b.Cast(b.ReduceSum(b.Mul(grads[i], grads[i]), false), dtype.Float32))
+		sq = append(sq, toFloat32(b, b.Op("ReduceSumSquare", []string{grads[i]}, graph.AInt("keepdims", 0)), p))
 		for j, prefix := range c.ClipGroups {
 			if strings.HasPrefix(p.Name, prefix) {
 				group[i] = 1 + j
@@ -263,7 +263,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		}
 		// 0·w is 0 for finite w and NaN for ±Inf or NaN: the sum is 0
 		// exactly when every new weight is finite, whatever their size.
-		zeros = append(zeros, b.Cast(b.ReduceSum(b.Mul(next, k(0)), false), dtype.Float32))
+		zeros = append(zeros, toFloat32(b, b.ReduceSum(b.Mul(next, k(0)), false), p))
 	}
 	b.OpInto(UpdateFinite, "Not", []string{b.Op("IsNaN", []string{b.Sum(zeros...)})})
 	if b.Err != nil {
@@ -285,4 +285,13 @@ func like(b *graph.Builder, v string, p Param) string {
 		return v
 	}
 	return b.Cast(v, p.Info.DType)
+}
+
+// toFloat32 casts a reduction of the parameter's type to float32 when they
+// differ: a Cast to the same type is a node per tensor for nothing.
+func toFloat32(b *graph.Builder, v string, p Param) string {
+	if p.Info.DType == dtype.Float32 {
+		return v
+	}
+	return b.Cast(v, dtype.Float32)
 }
