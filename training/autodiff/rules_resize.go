@@ -13,7 +13,9 @@ import (
 // same coordinate transform ONNX Runtime applies; the gradient applies each
 // Mᵀ to dY along its axis (a MatMul with that axis moved last). Linear on
 // three axes is trilinear, as in 3D decoders. Sizes of the resized axes must
-// be static; an axis of unknown size (the batch) must have scale 1.
+// be static; an axis of unknown size (the batch) must have scale 1 (with
+// scales fed at run time that is taken, not checked, as no other scale
+// keeps a dynamic size unknown on both sides in what exporters write).
 func resizeGrad(b *B, n *N, dy string) string {
 	xi, yi := b.Info(x(n)), b.Info(y(n))
 	mode := n.String("mode", "nearest")
