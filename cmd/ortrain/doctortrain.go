@@ -21,6 +21,10 @@ func (e trainingCheckFailed) Error() string {
 // and how close it came to the CPU, or the op that fails.
 func doctorTraining(w io.Writer, dev ort.Device) error {
 	label := dev.String() + " training"
+	// Full float32 kernels (TF32 off): measured on an H200, the check's
+	// tensors agree with the CPU's within 3.3e-7, a 3000-fold margin
+	// under its 1e-3; with TF32 on they differ by up to 7.1e-4, which
+	// leaves no margin, and TF32's rounding is not what doctor looks for.
 	res, err := devcheck.Training(devcheck.Options{Device: dev})
 	if err != nil {
 		fmt.Fprintf(w, "%-14s FAIL: %v\n", label, err)
