@@ -425,6 +425,11 @@ func (p *prepared) load(cfg *config.Config, runDir string, session ort.Options) 
 	if err != nil {
 		return err
 	}
+	// A tensor too large for CUDA's kernels would fail the first step deep
+	// inside ONNX Runtime: refused here, before the run starts.
+	if err := setup.CheckDeviceSizes(cfg, dir, session.Device); err != nil {
+		return err
+	}
 	p.artifacts = dir
 	if p.train, p.val, err = setup.Datasets(cfg, m); err != nil {
 		return err

@@ -45,6 +45,9 @@ type Activations struct {
 	// Fit is the largest batch a device's memory holds (plan
 	// --gpu-memory); nil without.
 	Fit *Fit `json:"fit,omitempty"`
+	// Sizes lists the training graph's tensors at the batch that have more
+	// elements than ONNX Runtime's CUDA kernels take, and what to change.
+	Sizes *setup.SizeCheck `json:"sizes"`
 
 	shared bool // the graphs share an arena (see PeakBytes)
 }
@@ -128,7 +131,11 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 	}
 	a.TotalBytes = a.PeakBytes + a.InputBytes + a.StateBytes
 	p.Activations = a
-	p.Notes = slices.DeleteFunc(p.Notes, func(n string) bool { return n == stateOnlyNote })
+	if a.Sizes, err = setup.CheckSizes(c, dir); err != nil {
+		return err
+	}
+	p.sizes(c, a.Sizes)
+	p.Notes = slices.DeleteFunc(p.Notes, func(n string) bool { return n == stateOnlyNote || n == sizesNote })
 	if probeBatch := o.ProbeBatch; probeBatch > 0 {
 		if err := a.probe(dir, session, probeBatch); err != nil {
 			return err
@@ -138,6 +145,24 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 		return a.fit(dir, o.DeviceBytes, o.Device)
 	}
 	return nil
+}
+
+// sizes says what train would do with tensors over CUDA's limit: refuse
+// on a CUDA device, and on "auto" where ONNX Runtime has CUDA; the CPU
+// takes them.
+func (p *Plan) sizes(c *config.Config, s *setup.SizeCheck) {
+	if len(s.Over) == 0 {
+		return
+	}
+	dev, err := ort.ParseDevice(c.Trainer.Device)
+	switch {
+	case err == nil && dev.CUDA:
+		p.Refusals = append(p.Refusals, s.Err().Error())
+	case c.Trainer.Device == "auto":
+		p.Warnings = append(p.Warnings, "on a GPU (trainer.device = \"auto\" where ONNX Runtime has CUDA) train would refuse this: "+s.Err().Error())
+	default:
+		p.Notes = append(p.Notes, fmt.Sprintf("on the CPU, which takes them, the training graph at batch %d has tensors of more than 2^31 − 1 elements, which a CUDA device would refuse: %s", s.Batch, s.Describe()))
+	}
 }
 
 // probe runs a step at probeBatch and calibrates a with it.

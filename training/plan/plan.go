@@ -350,11 +350,18 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 	pm.StateBytes = int64(pm.StateCopies) * 4 * pm.Params
 	p.Arithmetic = arithmetic(c, m)
 	p.Notes = append(p.Notes, stateOnlyNote)
+	if c.Trainer.Device != "cpu" {
+		p.Notes = append(p.Notes, sizesNote)
+	}
 	return m, nil
 }
 
 // stateOnlyNote is the plan's note until MeasureActivations counts the rest.
 const stateOnlyNote = "device memory counts the training state only: activations (which grow with the batch) and buffers such as BatchNorm statistics come on top; --memory counts them"
+
+// sizesNote is the plan's note for a GPU run until MeasureActivations
+// checks the tensor sizes.
+const sizesNote = "tensors over 2^31 − 1 elements, which CUDA kernels cannot take and train refuses on a GPU, are looked for with --memory (it builds the training graph)"
 
 // arithmetic describes the precision setting: what the built artifacts
 // record, or what Autocast will do.

@@ -55,6 +55,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 				row("fits", "batch ≤ %d per device in %s (%s): %s at %d (%s); CUDA's context and kernel workspaces on top", f.Batch, data.FormatBytes(f.DeviceBytes), f.Device, data.FormatBytes(f.TotalBytes), f.Batch, basis)
 			}
 		}
+		if sz := a.Sizes; sz != nil && len(sz.Over) == 0 {
+			row("tensor sizes", "every tensor of the training graph at batch %d within 2^31 − 1 elements (what CUDA kernels take)", sz.Batch)
+		} else if sz != nil {
+			row("tensor sizes", "%d over 2^31 − 1 elements at batch %d (what CUDA kernels take): %s; %s", len(sz.Over), sz.Batch, sz.Describe(), sz.Advice)
+		}
 		if a.Emulated {
 			row("", "the low-precision products were emulated here (float32 with rounding copies), which holds more than a GPU with their kernels: --set trainer.precision=32 gives the closer upper bound")
 		}
