@@ -24,7 +24,7 @@ var presets = []struct {
 	peakLR         float64 // after lr_scaling
 	precision      config.Precision
 }{
-	{"vqgan3d-h200", "vqgan3d", 35e6, 37e6, 4, 8, 2, 4, 1e-4, config.BF16Mixed},
+	{"vqgan3d-h200", "vqgan3d", 35e6, 37e6, 2, 8, 2, 4, 1e-4, config.BF16Mixed},
 	{"vqgan3d-4gpu", "vqgan3d", 35e6, 37e6, 1, 8, 2, 1, 1e-4, config.BF16Mixed},
 	{"bd3lm-gsm8k-h200", "bd3lm", 120e6, 125e6, 128, 4, 2, 512, 5e-4, config.BF16Mixed},
 	{"hdp-diffusion-gsm8k", "bd3lm", 120e6, 125e6, 128, 4, 2, 512, 5e-4, config.BF16Mixed},

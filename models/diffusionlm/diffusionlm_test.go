@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -347,5 +348,45 @@ func TestTinyLMTrains(t *testing.T) {
 	t.Logf("tiny LM (%d parameters): loss %.3f at step 1, %.3f at step %d, eval %.3f", m.ParamCount, first, last, steps, ev)
 	if !(last < first/2) || !(ev < first/2) {
 		t.Errorf("loss %.3f -> %.3f (eval %.3f), want it halved", first, last, ev)
+	}
+}
+
+// TestPieceSizes: the automatic split of the loss keeps one sequence's piece
+// within PieceLogits (2^22) logits: GPT-2's vocabulary on the preset's 512
+// tokens takes 7 pieces (74 + 6 × 73 positions), on 1024 tokens 13; a
+// small vocabulary one piece; loss_pieces sets the count, at most seq_len.
+func TestPieceSizes(t *testing.T) {
+	d := diffusionlm.Default()
+	d.SeqLen = 512
+	if got, want := d.PieceSizes(), []int64{74, 73, 73, 73, 73, 73, 73}; !slices.Equal(got, want) {
+		t.Errorf("512 tokens: pieces %v, want %v", got, want)
+	}
+	for _, L := range []int{512, 1024, 100} {
+		d.SeqLen = L
+		var sum int64
+		for _, p := range d.PieceSizes() {
+			sum += p
+			if p*int64(d.Vocab) > diffusionlm.PieceLogits {
+				t.Errorf("%d tokens: a piece of %d positions holds %d logits per sequence, over %d", L, p, p*int64(d.Vocab), diffusionlm.PieceLogits)
+			}
+		}
+		if sum != int64(L) {
+			t.Errorf("%d tokens: pieces %v add up to %d", L, d.PieceSizes(), sum)
+		}
+	}
+	if d.SeqLen = 1024; len(d.PieceSizes()) != 13 {
+		t.Errorf("1024 tokens: %d pieces, want 13", len(d.PieceSizes()))
+	}
+	if got := tiny().PieceSizes(); !slices.Equal(got, []int64{8}) {
+		t.Errorf("tiny: pieces %v, want one of 8", got)
+	}
+	c := tiny()
+	c.LossPieces = 3
+	if got := c.PieceSizes(); !slices.Equal(got, []int64{3, 3, 2}) {
+		t.Errorf("loss_pieces 3 of 8: %v, want [3 3 2]", got)
+	}
+	c.LossPieces = 9
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "loss_pieces 9") {
+		t.Errorf("loss_pieces 9 over seq_len 8: %v, want an error naming it", err)
 	}
 }
