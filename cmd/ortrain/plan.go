@@ -23,9 +23,13 @@ precision, the model's parameter count and the device memory of its training
 state, the data paths and sample counts, the batch and learning-rate
 arithmetic with the LR at a few steps, the run length, the validation and
 checkpoint cadence, and the loader's host-memory plan. Parts that need the
-data say why they are unknown when it is not there. Exit 0 for a valid
+data say why they are unknown when it is not there. With --memory it also
+names every tensor of the training graph at the batch with more than
+2^31 − 1 elements (node, op, shape, elements), which ONNX Runtime's CUDA
+kernels cannot take, and says what to change. Exit 0 for a valid
 configuration (even without data), 2 for a bad one or one train would refuse
-(a loader over data.memory_limit or, with 0, over the machine's memory).
+(a loader over data.memory_limit or, with 0, over the machine's memory; on a
+CUDA device, a tensor over 2^31 − 1 elements).
 
 Examples:
    ortrain plan --preset vqgan3d-h200
@@ -35,7 +39,7 @@ Examples:
    ortrain plan --config run.toml --memory --probe 2
    ortrain plan --preset resnet50-a10g-balanced --memory --gpu-memory 23GiB`,
 		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"},
-			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak"},
+			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak, and tensors too large for CUDA's kernels"},
 			&cli.StringFlag{Name: "gpu-memory", Usage: "with --memory, the largest batch per device whose step fits in `SIZE` (\"23GiB\"); default with a CUDA device: its memory, when NVML sees it"},
 			&cli.IntFlag{Name: "probe", Usage: "with --memory, also run a training step at batch `N` on this machine's CPU, measure ONNX Runtime's allocator peak and calibrate the replay with it (0: none)"}),
 		Action: func(c *cli.Context) error {
