@@ -18,6 +18,12 @@ vqgan3d (export_vqgan3d.VQGAN3D); PARAMS_JSON the recipe's parameters
 
 A mode PyTorch cannot run (torch.compile before PyTorch 2) prints
 {"mode": ..., "unavailable": reason}.
+
+Everything a step reads is made on the device before the first step: the
+batch, and the diffusion LM's positions, attention mask and output bias.
+The LM's attention is torch.nn.functional.scaled_dot_product_attention
+(fused kernels on a GPU) where PyTorch has it, else matmul-softmax; the
+JSON line says which ("attention"), and stderr says why.
 """
 
 import argparse
@@ -55,6 +61,11 @@ def build(recipe, params, batch, device, gen):
         cfg = dict(lm.DEFAULTS, **params)
         model = lm.DiffusionLM(cfg).to(device)
         inputs = [t.to(device) for t in lm.example_batch(cfg, batch, gen)]
+        # The step's constants are made on the device now, once, and not
+        # inside a step (nor traced by torch.compile as new tensors).
+        model.constants(inputs[0].device)
+        why = "" if lm.HAS_SDPA else " (PyTorch %s has no scaled_dot_product_attention)" % torch.__version__
+        print("bench_speed.py: bd3lm attention: %s%s" % (lm.ATTENTION, why), file=sys.stderr)
         return model, lambda m: m(*inputs)[0]
     if recipe == "vqgan3d":
         import export_vqgan3d as vq
@@ -140,7 +151,12 @@ def main():
         sync()
         total += time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"mode": a.mode, "precision": label, "step_ms": 1e3 * total / a.steps, "peak_bytes": peak}))
+    row = {"mode": a.mode, "precision": label, "step_ms": 1e3 * total / a.steps, "peak_bytes": peak}
+    if a.recipe == "bd3lm":
+        import export_diffusionlm as lm
+
+        row["attention"] = lm.ATTENTION
+    print(json.dumps(row))
 
 
 if __name__ == "__main__":

@@ -44,9 +44,9 @@ def block_of(cfg):
 
 
 def attention_mask(cfg):
-    """Additive [2L, 2L] mask over x_t ⊕ x_0: 0 allowed, -1e9 not. Built as a
-    Python constant so export records it as a Constant node, not a buffer
-    (ortrain trains every floating initializer)."""
+    """Additive [2L, 2L] mask over x_t ⊕ x_0: 0 allowed, -1e9 not, as Python
+    lists. Export builds it from these so that it is recorded as a Constant
+    node, not a buffer (ortrain trains every floating initializer)."""
     of = block_of(cfg)
     L = len(of)
     rows = []
@@ -67,18 +67,45 @@ def attention_mask(cfg):
     return rows
 
 
+def allowed_tensor(cfg, device):
+    """attention_mask's pattern as a boolean [2L, 2L] tensor (True where a
+    query may attend), built on device with tensor ops: what training
+    uses, where the Python lists would be rebuilt and copied every step."""
+    of = torch.tensor(block_of(cfg), device=device)
+    L = of.numel()
+    b = torch.cat([of, of])
+    i = torch.arange(2 * L, device=device)
+    bq, bk = b[:, None], b[None, :]
+    q_noisy, k_noisy = (i < L)[:, None], (i < L)[None, :]
+    return (q_noisy & k_noisy & (bq == bk)) | (q_noisy & ~k_noisy & (bk < bq)) | (~q_noisy & ~k_noisy & (bk <= bq))
+
+
+# PyTorch 2 has fused attention (flash or memory-efficient kernels on a
+# GPU); PyTorch 1.13 (Debian's python3-torch) has not, and training falls
+# back to matmul-softmax, whose [N, heads, 2L, 2L] scores do not fit a GPU
+# at the preset's batch.
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+ATTENTION = "sdpa" if HAS_SDPA else "matmul-softmax"
+
+
 class Attention(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
         self.heads = heads
         self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, allowed=None):
+        """mask is the additive mask; allowed, when given, the same as
+        booleans for scaled_dot_product_attention (training with PyTorch
+        2). Export always writes the matmul-softmax form."""
         n, t, d = x.shape
         split = lambda y: y.reshape(n, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
         q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
-        s = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d // self.heads)) + mask
-        o = torch.softmax(s, dim=-1) @ v
+        if allowed is not None:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        else:
+            s = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d // self.heads)) + mask
+            o = torch.softmax(s, dim=-1) @ v
         return self.out(o.transpose(1, 2).reshape(n, t, d))
 
 
@@ -97,8 +124,8 @@ class Block(nn.Module):
         self.ln1, self.attn = nn.LayerNorm(d), Attention(d, heads)
         self.ln2, self.mlp = nn.LayerNorm(d), MLP(d, f)
 
-    def forward(self, h, mask):
-        h = h + self.attn(self.ln1(h), mask)
+    def forward(self, h, mask, allowed=None):
+        h = h + self.attn(self.ln1(h), mask, allowed)
         return h + self.mlp(self.ln2(h))
 
 
@@ -121,23 +148,49 @@ class DiffusionLM(nn.Module):
             elif p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * cfg["layers"]) if name.endswith(("attn.out.weight", "mlp.fc2.weight")) else 0.02
                 nn.init.normal_(p, 0.0, std)
-        self.mask_rows = attention_mask(cfg)
+        # The step's constants (positions, attention mask, the bias that
+        # keeps the mask token from being predicted), per device. A plain
+        # dict, not buffers: the exported graph and the state_dict stay as
+        # they were, and the constants never reach an optimizer.
+        self._consts = {}
+
+    def constants(self, device):
+        """(positions, additive mask, allowed or None, never-bias) for a
+        step on device. In training they are built there once; export
+        builds them from Python lists so that they are Constant nodes."""
+        cfg = self.cfg
+        L, V, mask_id = cfg["seq_len"], cfg["vocab"], cfg["mask_token"]
+        if torch.onnx.is_in_onnx_export():
+            pos = torch.tensor([i % L for i in range(2 * L)])
+            never = torch.tensor([-1e9 if v == mask_id else 0.0 for v in range(V)])
+            return pos, torch.tensor(attention_mask(cfg)), None, never
+        c = self._consts.get(device)
+        if c is None:
+            pos = torch.arange(2 * L, device=device) % L
+            never = torch.zeros(V, device=device)
+            never[mask_id] = -1e9
+            allowed = allowed_tensor(cfg, device)
+            if HAS_SDPA:
+                mask = None
+            else:
+                mask = torch.zeros(allowed.shape, device=device).masked_fill_(~allowed, -1e9)
+                allowed = None
+            c = self._consts[device] = (pos, mask, allowed, never)
+        return c
 
     def forward(self, noisy_ids, input_ids, t, loss_mask):
         cfg = self.cfg
-        L, V, mask_id = cfg["seq_len"], cfg["vocab"], cfg["mask_token"]
+        L = cfg["seq_len"]
         ids = torch.cat([noisy_ids, input_ids], dim=1)
-        pos = torch.tensor([i % L for i in range(2 * L)])
+        pos, mask, allowed, never = self.constants(ids.device)
         h = self.tok_emb(ids) + self.pos_emb(pos)
-        mask = torch.tensor(self.mask_rows)
         for blk in self.blocks:
-            h = blk(h, mask)
+            h = blk(h, mask, allowed)
         hx = self.ln_f(h)[:, :L]
         w = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
-        never = torch.tensor([-1e9 if v == mask_id else 0.0 for v in range(V)])
         logits = hx @ w.t() + never  # the mask token is never predicted
         nll = -torch.log_softmax(logits, dim=-1).gather(-1, input_ids.unsqueeze(-1)).squeeze(-1)
-        masked = (noisy_ids == mask_id).float()
+        masked = (noisy_ids == cfg["mask_token"]).float()
         loss = (nll * masked / t).sum() / loss_mask.float().sum().clamp(min=1.0)
         return loss, logits
 

@@ -195,7 +195,7 @@ class Quantizer(nn.Module):
         smoothed = (size + 1e-7) / (n + k * 1e-7) * n
         codes = avg / smoothed.unsqueeze(1)
         if not self.no_random_restart:
-            rows = zf[(torch.arange(k) * 7919) % zf.shape[0]]
+            rows = zf[(torch.arange(k, device=zf.device) * 7919) % zf.shape[0]]
             used = (size >= self.restart_thres).float().unsqueeze(1)
             codes = codes * used + rows * (1 - used)
         return codes, size, avg
@@ -285,7 +285,7 @@ def axial_slices(x, step):
     H, W]), the recipe's stand-in for the anchors' random slice."""
     d = x.shape[2]
     idx = (step.long() * 7919) % d
-    mask = (torch.arange(d) == idx).float().reshape(1, 1, d, 1, 1)
+    mask = (torch.arange(d, device=x.device) == idx).float().reshape(1, 1, d, 1, 1)
     return (x * mask).sum(2)
 
 
