@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ortrain/ortrain/eval/report"
+	"github.com/ortrain/ortrain/metrics"
 	"github.com/ortrain/ortrain/training/logging"
 )
 
@@ -112,9 +113,10 @@ func readEvalCSV(path string) ([][]string, error) {
 // charts draws metrics.csv as charts whose curves share a unit, so each
 // reads on its own linear axis: the training and validation losses
 // together (log axis when all positive), the model's other loss terms
-// together, the adversarial losses, the discriminator's logits, top-1 with
-// top-5, each other validation metric (PSNR, SSIM, codebook usage,
-// perplexity...) on its own, and the remaining metrics grouped by the
+// together, the adversarial losses, the discriminator's logits, PSNR, SSIM,
+// the codebook's usage (training batches and validation together) and its
+// perplexity likewise, top-1 with top-5, each other validation metric on
+// its own, and the remaining metrics grouped by the
 // prefix before "/" (gpu/util, gpu/memory ...). The epoch counter gets
 // none: the last-values table has it.
 func charts(series []logging.Series) []report.Chart {
@@ -130,24 +132,31 @@ func charts(series []logging.Series) []report.Chart {
 		}
 		groups[title] = append(groups[title], report.Series{Name: s.Name, Step: s.Step, Value: s.Value})
 	}
-	// The loss first, then the order of the table's sections.
+	// The loss first, then the order of the table's sections. Among the
+	// validation metrics, a reconstruction's PSNR and SSIM come first with
+	// the codebook's usage and perplexity right after them: a VQ-GAN whose
+	// quality stalls is first checked for a collapsed codebook.
+	first := []string{metrics.ValPSNR, metrics.ValSSIM, chartCodebookUsage, chartCodebookPerplexity}
 	rank := func(t string) int {
 		if i := slices.Index([]string{chartLoss, chartTerms, chartAdversarial, chartLogits}, t); i >= 0 {
 			return i
 		}
+		if i := slices.Index(first, t); i >= 0 {
+			return 4 + i
+		}
 		if strings.HasPrefix(t, "val/") || t == chartAccuracy {
-			return 4
+			return 8
 		}
 		if len(groups[t]) == 1 && groups[t][0].Name == t {
-			return 5 // a metric of its own: lr, grad_norm
+			return 9 // a metric of its own: lr, grad_norm
 		}
-		return 6 // a prefix's group: gpu, throughput, time
+		return 10 // a prefix's group: gpu, throughput, time
 	}
 	sort.SliceStable(order, func(a, b int) bool {
 		if ra, rb := rank(order[a]), rank(order[b]); ra != rb {
 			return ra < rb
 		}
-		return rank(order[a]) == 6 && order[a] < order[b]
+		return rank(order[a]) == 10 && order[a] < order[b]
 	})
 	var out []report.Chart
 	for _, title := range order {
@@ -160,8 +169,12 @@ func charts(series []logging.Series) []report.Chart {
 			c.YLabel = "loss"
 		case chartLogits:
 			c.YLabel = "mean logit"
+		case chartCodebookUsage:
+			c.YLabel = "share of the codes picked"
+		case chartCodebookPerplexity:
+			c.YLabel = "perplexity (codes)"
 		}
-		if len(ss) == 1 {
+		if len(ss) == 1 && c.YLabel == "" {
 			c.YLabel = ss[0].Name
 		}
 		if c.YLabel == "" {
@@ -222,6 +235,10 @@ const (
 	chartAdversarial = "Adversarial losses"
 	chartLogits      = "Discriminator logits"
 	chartAccuracy    = "Accuracy"
+	// The codebook's usage and perplexity, of the training batches
+	// (train/…, logged every log_every_n_steps) and of validation (val/…).
+	chartCodebookUsage      = "Codebook usage"
+	chartCodebookPerplexity = "Codebook perplexity"
 )
 
 // chartOf names the chart a metric goes on ("" for none).
@@ -239,6 +256,10 @@ func chartOf(name string) string {
 		return chartTerms
 	case name == "val/top1" || name == "val/top5":
 		return chartAccuracy
+	case name == "train/codebook_usage" || name == metrics.ValCodebookUsage:
+		return chartCodebookUsage
+	case name == "train/codebook_perplexity" || name == metrics.ValCodebookPerplexity:
+		return chartCodebookPerplexity
 	case strings.HasPrefix(name, "val/"), strings.HasPrefix(name, "train/"), !strings.Contains(name, "/"):
 		return name
 	}

@@ -52,8 +52,9 @@ func TestRunReportFromMetricsCSV(t *testing.T) {
 
 // TestRunReportChartsOfAVQGAN: a VQ-GAN run's metrics land on charts whose
 // curves share a unit: losses, loss terms, adversarial losses,
-// discriminator logits, then PSNR, SSIM and codebook usage each on its
-// own, then the rest.
+// discriminator logits, then PSNR and SSIM each on its own, next to the
+// codebook's usage and perplexity (training and validation together), then
+// the rest.
 func TestRunReportChartsOfAVQGAN(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "gan", "version_0")
 	os.MkdirAll(dir, 0o755)
@@ -63,9 +64,10 @@ func TestRunReportChartsOfAVQGAN(t *testing.T) {
 	}
 	for step := int64(1); step <= 4; step++ {
 		c.Log(step, map[string]float64{"train/loss": 1, "train/rec_loss": 0.5, "train/commit_loss": 0.1, "train/g_loss": 0.2, "train/d_loss": 1,
-			"train/d_real": 0.3, "train/d_fake": -0.3, "train/skipped_steps": 0, "lr": 1e-4, "grad_norm": 2, "throughput/samples_per_s": 5, "epoch": 0})
+			"train/d_real": 0.3, "train/d_fake": -0.3, "train/skipped_steps": 0, "lr": 1e-4, "grad_norm": 2, "throughput/samples_per_s": 5, "epoch": 0,
+			"train/codebook_usage": 0.8, "train/codebook_perplexity": 100})
 		if step%2 == 0 {
-			c.Log(step, map[string]float64{"val/loss": 1, "val/psnr": 20, "val/ssim": 0.5, "val/codebook_usage": 0.9})
+			c.Log(step, map[string]float64{"val/loss": 1, "val/psnr": 20, "val/ssim": 0.5, "val/codebook_usage": 0.9, "val/codebook_perplexity": 120})
 		}
 	}
 	c.Close()
@@ -82,7 +84,8 @@ func TestRunReportChartsOfAVQGAN(t *testing.T) {
 		got = append(got, ch.Title+"("+strings.Join(names, " ")+")")
 	}
 	want := "Loss(train/loss val/loss) Loss terms(train/commit_loss train/rec_loss) Adversarial losses(train/d_loss train/g_loss) " +
-		"Discriminator logits(train/d_fake train/d_real) val/codebook_usage(val/codebook_usage) val/psnr(val/psnr) val/ssim(val/ssim) " +
+		"Discriminator logits(train/d_fake train/d_real) val/psnr(val/psnr) val/ssim(val/ssim) " +
+		"Codebook usage(train/codebook_usage val/codebook_usage) Codebook perplexity(train/codebook_perplexity val/codebook_perplexity) " +
 		"grad_norm(grad_norm) lr(lr) train/skipped_steps(train/skipped_steps) throughput(throughput/samples_per_s)"
 	if strings.Join(got, " ") != want {
 		t.Errorf("charts\n%s\nwant\n%s", strings.Join(got, " "), want)
