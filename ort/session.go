@@ -13,6 +13,10 @@ import (
 	"sort"
 	"strings"
 	"unsafe"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
 // Session is a loaded ONNX model on one device.
@@ -70,6 +74,47 @@ type CPUFallbackError struct {
 	Err   error
 }
 
+// fallbackNodes are the nodes of the assignment that run on another
+// provider than CUDA's, less the shape arithmetic the CUDA provider places
+// on the CPU on purpose: Shape and Size, and nodes whose inputs all derive
+// from them and from constants.
+func fallbackNodes(model []byte, nodes []NodeAssignment) ([]NodeAssignment, error) {
+	var m onnxpb.ModelProto
+	if err := proto.Unmarshal(model, &m); err != nil {
+		return nil, fmt.Errorf("reading the model: %w", err)
+	}
+	g := m.GetGraph()
+	fromShapes := map[string]bool{"": true} // an omitted optional input
+	for _, t := range g.GetInitializer() {
+		fromShapes[t.GetName()] = true
+	}
+	byName := map[string]*onnxpb.NodeProto{}
+	for _, n := range g.GetNode() { // in topological order, as ONNX requires
+		byName[n.GetName()] = n
+		derived := n.GetOpType() == "Shape" || n.GetOpType() == "Size" || n.GetOpType() == "Constant"
+		if !derived && len(n.GetInput()) > 0 {
+			derived = true
+			for _, in := range n.GetInput() {
+				derived = derived && fromShapes[in]
+			}
+		}
+		for _, out := range n.GetOutput() {
+			fromShapes[out] = derived
+		}
+	}
+	var cpu []NodeAssignment
+	for _, a := range nodes {
+		if a.Provider == "CUDAExecutionProvider" {
+			continue
+		}
+		if n := byName[a.Name]; n != nil && (n.GetOpType() == "Shape" || n.GetOpType() == "Size" || len(n.GetOutput()) > 0 && fromShapes[n.GetOutput()[0]]) {
+			continue
+		}
+		cpu = append(cpu, a)
+	}
+	return cpu, nil
+}
+
 func (e *CPUFallbackError) Error() string {
 	ops := map[string]int{}
 	for _, n := range e.Nodes {
@@ -123,25 +168,28 @@ func NewSessionFromBytes(model []byte, opts Options) (*Session, error) {
 	if len(model) == 0 {
 		return nil, errors.New("empty model")
 	}
-	p, err := createSession(model, opts, opts.CUDA.AllowCPUFallback)
-	if err != nil && opts.Device.CUDA && !opts.CUDA.AllowCPUFallback {
-		// Find out which nodes lacked a CUDA kernel to say so.
-		if q, err2 := createSession(model, opts, true); err2 == nil {
-			nodes, _ := assignment(q)
-			C.ortrain_release_session(q)
-			var cpu []NodeAssignment
-			for _, n := range nodes {
-				if n.Provider != "CUDAExecutionProvider" {
-					cpu = append(cpu, n)
-				}
-			}
-			if len(cpu) > 0 {
-				return nil, &CPUFallbackError{Nodes: cpu, Err: err}
-			}
-		}
-	}
+	// A CUDA session is created with CPU nodes allowed and its assignment
+	// checked here: the CUDA provider itself puts shape arithmetic (nodes
+	// computing from Shape outputs and constants only) on the CPU, where
+	// its inputs live, and ONNX Runtime's own no-fallback setting would
+	// refuse those too. Any other node on the CPU lacks a CUDA kernel.
+	check := opts.Device.CUDA && !opts.CUDA.AllowCPUFallback
+	p, err := createSession(model, opts, opts.CUDA.AllowCPUFallback || check)
 	if err != nil {
 		return nil, err
+	}
+	if check {
+		nodes, err := assignment(p)
+		if err == nil {
+			var cpu []NodeAssignment
+			if cpu, err = fallbackNodes(model, nodes); err == nil && len(cpu) > 0 {
+				err = &CPUFallbackError{Nodes: cpu}
+			}
+		}
+		if err != nil {
+			C.ortrain_release_session(p)
+			return nil, err
+		}
 	}
 	s := &Session{p: p, opts: opts}
 	if err := s.describe(); err != nil {
