@@ -123,6 +123,16 @@ func TestResolveErrors(t *testing.T) {
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 		{"frozen for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.frozen=["enc.*"]`}, []string{"model.frozen", "artifacts build --frozen"}},
 		{"trainable for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.trainable=["head.*"]`}, []string{"model.trainable", "prebuilt artifacts"}},
+		// Absurd counts, refused before a loader, a step or a thread pool
+		// is sized from them (#34: each panicked, hung or failed unnamed).
+		{"batch of 10^18", []string{"data.batch_size=1000000000000000000"}, []string{"data.batch_size", "does not fit in memory", "at most"}},
+		{"batch of 10^12", []string{"data.batch_size=1000000000000"}, []string{"data.batch_size", "does not fit in memory"}},
+		{"batch over data.memory_limit", []string{"data.batch_size=1000000", `data.memory_limit="1MiB"`}, []string{"data.batch_size", "1.0 MiB of data.memory_limit", "at most 10082"}},
+		{"10^18 workers", []string{"data.num_workers=1000000000000000000"}, []string{"data.num_workers", "at most 1024"}},
+		{"10^18 prefetch", []string{"data.prefetch=1000000000000000000"}, []string{"data.prefetch", "at most 1024"}},
+		{"10^18 accumulated batches", []string{"trainer.accumulate_grad_batches=1000000000000000000"}, []string{"trainer.accumulate_grad_batches", "at most 65536"}},
+		{"10^9 intra-op threads", []string{"runtime.intra_op_threads=1000000000"}, []string{"runtime.intra_op_threads", "at most 1024 threads"}},
+		{"10^9 inter-op threads", []string{"runtime.inter_op_threads=1000000000"}, []string{"runtime.inter_op_threads", "at most 1024 threads"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, minimal)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -103,6 +104,20 @@ func (c *Config) Resolve() error {
 	if d.Prefetch < 1 {
 		bad("data.prefetch", "must be ≥ 1, not %d", d.Prefetch)
 	}
+	// Upper bounds, before anything is sized from these numbers: a loader
+	// of 10^18 workers or batches would panic allocating them.
+	if d.NumWorkers > MaxWorkers {
+		bad("data.num_workers", "%d: at most %d loader workers (each fills and holds a whole batch; a few per CPU core keep any device fed)", d.NumWorkers, MaxWorkers)
+	}
+	if d.Prefetch > MaxPrefetch {
+		bad("data.prefetch", "%d: at most %d batches ahead per worker (PyTorch's prefetch_factor defaults to 2)", d.Prefetch, MaxPrefetch)
+	}
+	if d.BatchSize >= 1 && d.NumWorkers <= MaxWorkers && d.Prefetch <= MaxPrefetch {
+		if most, limit, from := c.maxBatch(); int64(d.BatchSize) > most {
+			bad("data.batch_size", "%d does not fit in memory: the loader's %d batch buffers need at least %d bytes per sample for its index alone, before its tensors, over the %s of %s; at most %d (lower data.batch_size, and use trainer.accumulate_grad_batches for a larger effective batch)",
+				d.BatchSize, loaderBuffers(d), indexBytes, formatBytes(limit), from, most)
+		}
+	}
 	switch d.Kind {
 	case KindVolumes:
 		v := d.Volumes
@@ -169,6 +184,10 @@ func (c *Config) Resolve() error {
 	}
 	if t.AccumulateGradBatches < 1 {
 		bad("trainer.accumulate_grad_batches", "must be ≥ 1, not %d", t.AccumulateGradBatches)
+	} else if t.AccumulateGradBatches > MaxAccumulate {
+		// Each optimizer step would load that many batches first: with
+		// 10^18 the first step never ends.
+		bad("trainer.accumulate_grad_batches", "%d: at most %d micro-batches per optimizer step; for a larger effective batch raise data.batch_size (or trainer.devices)", t.AccumulateGradBatches, MaxAccumulate)
 	}
 	if t.GradientClipVal < 0 {
 		bad("trainer.gradient_clip_val", "must be ≥ 0 (0 disables clipping), not %g", t.GradientClipVal)
@@ -377,6 +396,14 @@ func (c *Config) Resolve() error {
 	oneOf("runtime.arena_extend_strategy", r.ArenaExtendStrategy, "kNextPowerOfTwo", "kSameAsRequested")
 	if r.IntraOpThreads < 0 || r.InterOpThreads < 0 {
 		bad("runtime.intra_op_threads", "runtime.intra_op_threads and runtime.inter_op_threads must be ≥ 0 (0: ONNX Runtime chooses)")
+	}
+	// ONNX Runtime starts every thread of its pools when a session opens:
+	// 10^9 of them fails deep inside it (std::bad_alloc) naming no key.
+	if r.IntraOpThreads > MaxThreads {
+		bad("runtime.intra_op_threads", "%d: at most %d threads (this machine has %d CPUs; 0 lets ONNX Runtime choose)", r.IntraOpThreads, MaxThreads, runtime.NumCPU())
+	}
+	if r.InterOpThreads > MaxThreads {
+		bad("runtime.inter_op_threads", "%d: at most %d threads (this machine has %d CPUs; 0 lets ONNX Runtime choose)", r.InterOpThreads, MaxThreads, runtime.NumCPU())
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -183,22 +184,65 @@ func New(ds Dataset, cfg Config) (*Loader, error) {
 	if l.perEpoch == 0 {
 		return nil, fmt.Errorf("data: %d samples make no batch of %d on each of %d ranks", n, cfg.BatchSize, cfg.WorldSize)
 	}
+	// The plan is summed saturating at MaxInt64: sizes large enough to
+	// overflow it are over any bound, and must be refused as such rather
+	// than wrap to a small number and panic allocating (a batch of 10^18).
+	var sample int64 = 8 // Indices
 	for _, s := range l.spec {
-		l.batchBytes += s.Bytes() * int64(cfg.BatchSize)
+		sample = addSat(sample, s.Bytes())
 	}
-	l.batchBytes += 8 * int64(cfg.BatchSize) // Indices
+	l.batchBytes = mulSat(sample, int64(cfg.BatchSize))
 	if c, ok := ds.(Cacher); ok {
 		l.cacheBytes = c.CacheBytes()
 	}
-	l.nbuf = cfg.Workers + cfg.Prefetch + 1
-	if plan := int64(l.nbuf)*l.batchBytes + l.cacheBytes; plan > cfg.MaxBytes {
-		return nil, fmt.Errorf("data: memory plan of %s is over the bound of %s: (%d workers + %d prefetch + 1 held) × %s per batch of %d + %s dataset cache",
-			FormatBytes(plan), FormatBytes(cfg.MaxBytes), cfg.Workers, cfg.Prefetch, FormatBytes(l.batchBytes), cfg.BatchSize, FormatBytes(l.cacheBytes))
+	nbuf := addSat(addSat(int64(cfg.Workers), int64(cfg.Prefetch)), 1)
+	if plan := addSat(mulSat(nbuf, l.batchBytes), l.cacheBytes); plan > cfg.MaxBytes || plan == math.MaxInt64 {
+		return nil, &PlanError{Plan: plan, Bound: cfg.MaxBytes, Workers: cfg.Workers, Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchBytes: l.batchBytes, CacheBytes: l.cacheBytes}
 	}
+	l.nbuf = int(nbuf)
 	l.free = make(chan *Batch, l.nbuf)
 	l.held.Store(l.cacheBytes)
 	l.peak.Store(l.cacheBytes)
 	return l, nil
+}
+
+// PlanError is a loader whose memory plan is over its bound
+// (Config.MaxBytes): a batch, worker or prefetch count too large for the
+// machine, which the user fixes in the configuration.
+type PlanError struct {
+	Plan, Bound            int64 // bytes; Plan is MaxInt64 when it overflows
+	Workers, Prefetch      int
+	BatchSize              int
+	BatchBytes, CacheBytes int64
+}
+
+// Error names the plan, its parts and the settings that size them.
+func (e *PlanError) Error() string {
+	plan := FormatBytes(e.Plan)
+	if e.Plan == math.MaxInt64 {
+		plan = "over 8 EiB"
+	}
+	return fmt.Sprintf("data: memory plan of %s is over the bound of %s: (%d workers + %d prefetch + 1 held) × %s per batch of %d + %s dataset cache; lower data.batch_size, data.num_workers or data.prefetch (or raise data.memory_limit)",
+		plan, FormatBytes(e.Bound), e.Workers, e.Prefetch, FormatBytes(e.BatchBytes), e.BatchSize, FormatBytes(e.CacheBytes))
+}
+
+// BadInput marks the error as the user's to fix (exit code 2).
+func (e *PlanError) BadInput() bool { return true }
+
+// addSat and mulSat add and multiply non-negative sizes, saturating at
+// MaxInt64 instead of wrapping.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func mulSat(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // BatchesPerEpoch is the number of batches this rank gets each epoch.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -247,6 +248,34 @@ func TestLoaderNeverHoldsMoreThanItsBound(t *testing.T) {
 		l.Close()
 		if s := l.Stats(); s.PeakBytes > tc.bound || s.PeakBytes != l.PlanBytes() {
 			t.Errorf("workers %d prefetch %d: peak %d bytes, plan %d, bound %d", tc.workers, tc.prefetch, s.PeakBytes, l.PlanBytes(), tc.bound)
+		}
+	}
+}
+
+// TestAbsurdSizesAreRefused: sizes whose plan overflows int64 (a batch,
+// worker or prefetch count of 10^18) are refused as a plan over the bound,
+// an error the user fixes (BadInput), not wrapped to a small plan that
+// panics allocating its buffers or channel.
+func TestAbsurdSizesAreRefused(t *testing.T) {
+	ds := &counting{n: 200}
+	const huge = 1_000_000_000_000_000_000
+	for _, cfg := range []Config{
+		{BatchSize: huge, Workers: 1, Prefetch: 1},
+		{BatchSize: 1 << 40, Workers: 4, Prefetch: 8, MaxBytes: 16 << 30},
+		{BatchSize: 8, Workers: huge, Prefetch: 1},
+		{BatchSize: 8, Workers: 1, Prefetch: huge},
+		{BatchSize: 8, Workers: math.MaxInt, Prefetch: math.MaxInt},
+	} {
+		if cfg.MaxBytes == 0 {
+			cfg.MaxBytes = math.MaxInt64 // plan's setting: only an overflow is over it
+		}
+		l, err := New(ds, cfg)
+		var pe *PlanError
+		if !errors.As(err, &pe) || !pe.BadInput() || !strings.Contains(err.Error(), "data.batch_size") {
+			t.Errorf("batch %d, %d workers, prefetch %d: got %v, want a PlanError naming the keys", cfg.BatchSize, cfg.Workers, cfg.Prefetch, err)
+		}
+		if l != nil {
+			l.Close()
 		}
 	}
 }
