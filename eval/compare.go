@@ -76,6 +76,21 @@ func (e *InputError) BadInput() bool { return true }
 // (NIfTI voxel spacing or orientation) differs, or where a .npy compared
 // with a NIfTI looks transposed.
 func CompareFiles(input, reference string, dataRange float64) (VolumeMetrics, report.VolumeResult, error) {
+	// The headers first: what they declare is checked before the voxels
+	// are read, so that a file declaring gigabytes of another shape is
+	// refused without inflating them.
+	hin, err := readHeader(input)
+	if err != nil {
+		return VolumeMetrics{}, report.VolumeResult{}, err
+	}
+	href, err := readHeader(reference)
+	if err != nil {
+		return VolumeMetrics{}, report.VolumeResult{}, err
+	}
+	mixed := isArray(input) != isArray(reference)
+	if err := sameShape(input, reference, hin, href, mixed); err != nil {
+		return VolumeMetrics{}, report.VolumeResult{}, err
+	}
 	in, err := readVolume(input)
 	if err != nil {
 		return VolumeMetrics{}, report.VolumeResult{}, err
@@ -84,16 +99,8 @@ func CompareFiles(input, reference string, dataRange float64) (VolumeMetrics, re
 	if err != nil {
 		return VolumeMetrics{}, report.VolumeResult{}, err
 	}
-	mixed := isArray(input) != isArray(reference)
-	if Shape(in) != Shape(ref) {
-		msg := fmt.Sprintf("shape %v differs from the reference %s's %v (shapes are [z,y,x]: the slowest axis first)", Shape(in), reference, Shape(ref))
-		if mixed {
-			msg += "; " + axisOrder
-			if r := Shape(in); [3]int{r[2], r[1], r[0]} == Shape(ref) {
-				msg += ": the .npy's axes are those of the NIfTI reversed, as an array saved from nibabel's get_fdata() is; save its transpose (np.save(path, vol.T))"
-			}
-		}
-		return VolumeMetrics{}, report.VolumeResult{}, &InputError{File: input, Err: errors.New(msg)}
+	if err := sameShape(input, reference, in.Header, ref.Header, mixed); err != nil {
+		return VolumeMetrics{}, report.VolumeResult{}, err
 	}
 	if dataRange == 0 {
 		lo, hi, err := finiteRange(ref.Data)
@@ -324,18 +331,51 @@ func Shape(v *nifti.Volume) [3]int {
 	return [3]int{int(d[3]), int(d[2]), int(d[1])}
 }
 
+// sameShape refuses an input whose shape is not the reference's.
+func sameShape(input, reference string, in, ref nifti.Header, mixed bool) error {
+	si, sr := headerShape(in), headerShape(ref)
+	if si == sr {
+		return nil
+	}
+	msg := fmt.Sprintf("shape %v differs from the reference %s's %v (shapes are [z,y,x]: the slowest axis first)", si, reference, sr)
+	if mixed {
+		msg += "; " + axisOrder
+		if [3]int{si[2], si[1], si[0]} == sr {
+			msg += ": the .npy's axes are those of the NIfTI reversed, as an array saved from nibabel's get_fdata() is; save its transpose (np.save(path, vol.T))"
+		}
+	}
+	return &InputError{File: input, Err: errors.New(msg)}
+}
+
+func headerShape(h nifti.Header) [3]int {
+	return [3]int{int(h.Dim[3]), int(h.Dim[2]), int(h.Dim[1])}
+}
+
+// readHeader reads a volume file's header, refusing more than 3-D.
+func readHeader(path string) (nifti.Header, error) {
+	h, err := volumes.ReadHeader(path)
+	if err != nil {
+		return h, &InputError{Err: err} // the readers' errors name the file
+	}
+	return h, only3D(path, h)
+}
+
 func readVolume(path string) (*nifti.Volume, error) {
 	v, err := volumes.Read(path)
 	if err != nil {
 		return nil, &InputError{Err: err} // the readers' errors name the file
 	}
-	d := v.Header.Dim
+	return v, only3D(path, v.Header)
+}
+
+func only3D(path string, h nifti.Header) error {
+	d := h.Dim
 	for i := 4; i <= int(d[0]) && i < len(d); i++ {
 		if d[i] > 1 {
-			return nil, &InputError{File: path, Err: fmt.Errorf("a %d-D volume (dim %v); ortrain compares 3-D volumes", d[0], d[1:d[0]+1])}
+			return &InputError{File: path, Err: fmt.Errorf("a %d-D volume (dim %v); ortrain compares 3-D volumes", d[0], d[1:d[0]+1])}
 		}
 	}
-	return v, nil
+	return nil
 }
 
 func finiteRange(x []float32) (lo, hi float64, err error) {

@@ -1,10 +1,14 @@
 package eval_test
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -126,5 +130,54 @@ func TestCompareAThinVolume(t *testing.T) {
 	}
 	if m.SSIM != nil || !strings.Contains(m.SSIMNote, "at least 11 voxels") || m.MSSSIM != nil || math.Abs(m.MAE-0.01) > 1e-6 {
 		t.Errorf("thin volume: SSIM %v (%q), MS-SSIM %v, MAE %v; want SSIM and MS-SSIM not computed, MAE 0.01", m.SSIM, m.SSIMNote, m.MSSSIM, m.MAE)
+	}
+}
+
+// TestCompareChecksHeadersFirst: an input whose header already differs in
+// shape from the reference's is refused from the headers, before its
+// data is inflated: here 256 MiB of voxels in a gzip file of 256 kB.
+func TestCompareChecksHeadersFirst(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small.nii")
+	h := nifti.Header{Version: 1, Dim: [8]int64{3, 4, 5, 6, 1, 1, 1, 1}, PixDim: [8]float64{1, 1, 1, 1}, Datatype: nifti.Float32, BitPix: 32, SclSlope: 1}
+	if err := nifti.Write(small, h, make([]float32, 4*5*6)); err != nil {
+		t.Fatal(err)
+	}
+	// The big volume's header, then its zeros as gzip members of 1 MiB
+	// each (a reader inflates them as one stream).
+	var raw bytes.Buffer
+	if err := nifti.Encode("small", &raw, h, make([]float32, 4*5*6)); err != nil {
+		t.Fatal(err)
+	}
+	head := raw.Bytes()[:352]
+	for i, d := range []uint16{512, 512, 256} { // dim[1..3]
+		binary.LittleEndian.PutUint16(head[42+2*i:], d)
+	}
+	member := func(b []byte) []byte {
+		var gz bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+		zw.Write(b)
+		zw.Close()
+		return gz.Bytes()
+	}
+	file := member(head)
+	mib := member(make([]byte, 1<<20))
+	for range 256 {
+		file = append(file, mib...)
+	}
+	bomb := filepath.Join(dir, "bomb.nii.gz")
+	if err := os.WriteFile(bomb, file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err := eval.CompareFiles(bomb, small, 0)
+	runtime.ReadMemStats(&after)
+	var ie *eval.InputError
+	if !errors.As(err, &ie) || !ie.BadInput() || !strings.Contains(err.Error(), bomb) || !strings.Contains(err.Error(), "differs from the reference") {
+		t.Errorf("a %d kB file of 256 MiB against a small reference: %v, want the shapes refused naming it", len(file)>>10, err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("refusing it allocated %d MB", grew>>20)
 	}
 }

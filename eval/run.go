@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/eval/report"
 	"github.com/ortrain/ortrain/metrics"
 	"github.com/ortrain/ortrain/training/logging"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // RunReport gathers what a run directory (outputs/<name>/version_N) holds
@@ -31,7 +32,7 @@ func RunReport(dir string, env []report.KV) (report.Report, error) {
 	if err != nil {
 		return r, &InputError{Err: err}
 	}
-	if cfg, err := os.ReadFile(filepath.Join(dir, "config.toml")); err == nil {
+	if cfg, err := safefile.ReadFile(filepath.Join(dir, "config.toml")); err == nil {
 		r.Config = string(cfg)
 	}
 	r.Charts = charts(series)
@@ -61,7 +62,7 @@ func evalTables(dir string) []report.Table {
 			Volumes    []json.RawMessage
 			Window     *[2]float64
 		}
-		b, err := os.ReadFile(js)
+		b, err := safefile.ReadFile(js)
 		if err == nil {
 			err = json.Unmarshal(b, &res)
 		}
@@ -93,7 +94,7 @@ func evalTables(dir string) []report.Table {
 // readEvalCSV reads an eval metrics.csv's metric,value rows, without the
 // header.
 func readEvalCSV(path string) ([][]string, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ortrain/ortrain/training/safefile"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -231,7 +232,7 @@ func ReadState(dir string) (State, error) { return readState(dir) }
 func readState(dir string) (State, error) {
 	var st State
 	path := filepath.Join(dir, StateFile)
-	js, err := os.ReadFile(path)
+	js, err := safefile.ReadFile(path)
 	if err != nil {
 		return st, err
 	}
@@ -273,7 +274,7 @@ func Load(dir string) (*Checkpoint, error) {
 
 // hashFile feeds the file at path to h.
 func hashFile(path string, h io.Writer) error {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"reflect"
 	"regexp"
 	"sort"
@@ -16,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Error is a configuration mistake the user has to fix. Several are joined
@@ -52,7 +53,11 @@ func (e *Error) BadInput() bool { return true }
 // Load reads a TOML file on top of Default(). It does not Resolve, so
 // overrides can still be applied.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path)
+	var nf *safefile.NotFileError
+	if errors.As(err, &nf) {
+		return nil, &Error{Source: nf.Path, Msg: nf.What()}
+	}
 	if err != nil {
 		return nil, &Error{Source: path, Msg: err.Error()}
 	}

@@ -232,7 +232,7 @@ func Load(path string) (*Graph, error) {
 	case !st.Mode().IsRegular():
 		return nil, &FileError{path, "is not a regular file", nil}
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path)
 	if err != nil {
 		return nil, &FileError{path, fmt.Sprintf("cannot be read: %v", err), err}
 	}
@@ -349,7 +349,7 @@ func LoadExternal(m *onnxpb.ModelProto, dir string) error {
 		}
 		f := files[path]
 		if f == nil {
-			if f, err = os.Open(path); err != nil {
+			if f, err = safefile.Open(path); err != nil {
 				return err
 			}
 			files[path] = f

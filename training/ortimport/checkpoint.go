@@ -11,11 +11,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Checkpoint is ONNX Runtime's training checkpoint: the parameters, the
@@ -68,7 +68,7 @@ func (e *FormatError) BadInput() bool { return true }
 // ReadCheckpoint reads a checkpoint file written by ONNX Runtime 1.14 or
 // later. Checkpoints with external data are refused.
 func ReadCheckpoint(path string) (*Checkpoint, error) {
-	buf, err := os.ReadFile(path)
+	buf, err := safefile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

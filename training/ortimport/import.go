@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/optim"
+	"github.com/ortrain/ortrain/training/safefile"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -72,7 +73,7 @@ func Import(opts Options) (*artifacts.Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	ob, err := os.ReadFile(filepath.Join(opts.Dir, OptimizerModel))
+	ob, err := safefile.ReadFile(filepath.Join(opts.Dir, OptimizerModel))
 	if err != nil {
 		return nil, err
 	}

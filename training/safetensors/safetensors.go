@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Tensor is one named tensor to write, or one read back. Its bytes come from
@@ -220,7 +221,7 @@ type File struct {
 
 // Open opens and checks a safetensors file. Errors name the file.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/data/npy"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Input is one data input of the model: the name the arrays are matched
@@ -201,6 +202,10 @@ func Open(cfg Config) (ds *Dataset, err error) {
 
 // unwrapPath drops the path an fs.PathError repeats.
 func unwrapPath(err error) error {
+	var nf *safefile.NotFileError
+	if errors.As(err, &nf) {
+		return errors.New(nf.What())
+	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
@@ -233,7 +238,7 @@ func (ds *Dataset) folder(dir string) ([]*array, error) {
 			}
 			return nil, &Error{file, what + fmt.Sprintf("; the folder %s must hold only the arrays, one .npy file per model input", dir)}
 		}
-		f, err := os.Open(file)
+		f, err := safefile.Open(file)
 		if err != nil {
 			return nil, &Error{file, unwrapPath(err).Error()}
 		}
@@ -262,7 +267,7 @@ func (ds *Dataset) folder(dir string) ([]*array, error) {
 // archive lists the arrays of an .npz file: zip members named NAME.npy,
 // stored (np.savez) or deflated (np.savez_compressed).
 func (ds *Dataset) archive(path string, size int64) ([]*array, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, &Error{path, unwrapPath(err).Error()}
 	}

@@ -9,6 +9,7 @@ package images
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"image"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"sync"
 
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Item is one image and its class.
@@ -33,7 +35,7 @@ type Item struct {
 
 // List reads a file list: lines of "path label", paths relative to root.
 func List(path, root string) ([]Item, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +198,7 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 	it := d.items[i]
 	sc := d.scratch.Get().(*scratch)
 	defer d.scratch.Put(sc)
-	f, err := os.Open(it.Path)
+	f, err := safefile.Open(it.Path)
 	if err != nil {
 		return fileError(it.Path, err)
 	}
@@ -237,6 +239,10 @@ func (d *Dataset) Load(i int, rng *rand.Rand, dst data.Sample) error {
 func fileError(path string, err error) error {
 	if abs, aerr := filepath.Abs(path); aerr == nil {
 		path = abs
+	}
+	var nf *safefile.NotFileError
+	if errors.As(err, &nf) {
+		return err // names the path itself
 	}
 	if pe, ok := err.(*fs.PathError); ok {
 		err = pe.Err // the path once, absolute

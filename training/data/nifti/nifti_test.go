@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // templates is where Debian's mricron-data puts its NIfTI volumes.
@@ -421,5 +422,55 @@ func TestGzipTrailerAndPaths(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), filepath.Join(dir, "junk.nii")+": not NIfTI") || !errors.As(err, &ne) || !ne.BadInput() {
 			t.Errorf("a relative path: %v, want bad input naming %s", err, filepath.Join(dir, "junk.nii"))
 		}
+	}
+}
+
+// TestTrailingGzipDataRefused: a .nii.gz holding more than its header's
+// volume, in the same gzip member or in members after it, is refused
+// naming the file, and only a bounded amount past the volume is
+// inflated to find out (the 2 GiB here would take seconds).
+func TestTrailingGzipDataRefused(t *testing.T) {
+	dir := t.TempDir()
+	h := geometry()
+	var raw bytes.Buffer
+	if err := Encode("x", &raw, h, make([]float32, h.Voxels())); err != nil {
+		t.Fatal(err)
+	}
+	member := func(parts ...[]byte) []byte {
+		var gz bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+		for _, p := range parts {
+			zw.Write(p)
+		}
+		zw.Close()
+		return gz.Bytes()
+	}
+	// 2 GiB of zeros in 2048 members of 1 MiB: about 2 MB, made at once.
+	mib := member(make([]byte, 1<<20))
+	var big bytes.Buffer
+	for range 2048 {
+		big.Write(mib)
+	}
+	for name, b := range map[string][]byte{
+		"same-member.nii.gz":   member(raw.Bytes(), []byte("extra")),
+		"second-member.nii.gz": append(member(raw.Bytes()), member([]byte("extra"))...),
+		"2gib-after.nii.gz":    append(member(raw.Bytes()), big.Bytes()...),
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b, 0o644)
+		start := time.Now()
+		_, err := Read(p)
+		var ne *Error
+		if !errors.As(err, &ne) || !ne.BadInput() || !strings.Contains(err.Error(), p+": ") || !strings.Contains(err.Error(), "more data follows the volume") {
+			t.Errorf("%s: %v, want the data after the volume refused, naming the file", name, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: took %v", name, d)
+		}
+	}
+	p := filepath.Join(dir, "exact.nii.gz")
+	os.WriteFile(p, member(raw.Bytes()), 0o644)
+	if _, err := Read(p); err != nil {
+		t.Errorf("a volume and nothing after it: %v", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Error is a file that is not a NIfTI volume this package reads:
@@ -73,12 +75,17 @@ func Read(path string) (*Volume, error) {
 	}
 	v, err := decode(name, r, exact, isize, limit)
 	if err == nil && exact < 0 {
-		// What follows the voxels (usually nothing) is inflated and
-		// dropped; gzip.Reader checks the trailer at the end.
-		if _, err := io.Copy(io.Discard, r); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, bad(name, "truncated: the gzip stream ends before its trailer")
-			}
+		// The gzip stream must end with the voxels: reading one byte past
+		// them makes gzip.Reader check the member's trailer (CRC-32 and
+		// size) and look for another member. Anything more is refused
+		// rather than inflated, however much there is: a header that
+		// describes less than the file holds is wrong about the volume.
+		switch _, err := r.ReadByte(); {
+		case err == nil:
+			return nil, bad(name, "more data follows the volume its header describes (%s %s, %s): the header's dimensions or datatype do not match the data, or something was appended to the file", v.Header.dims(), v.Header.Datatype, mb(v.Header.Voxels()*int64(v.Header.Datatype.Size())))
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, bad(name, "truncated: the gzip stream ends before its trailer")
+		case err != io.EOF:
 			return nil, &Error{File: name, Err: err}
 		}
 	}
@@ -106,7 +113,7 @@ func Decode(name string, r io.Reader) (*Volume, error) {
 // of bytes a plain file holds; isize is a gzip file's trailer, the inflated
 // size modulo 2^32, a hint only. Each is -1 when not known.
 func open(path string) (f *os.File, r *bufio.Reader, exact, isize int64, err error) {
-	f, err = os.Open(path)
+	f, err = safefile.Open(path)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,7 +182,7 @@ func ReadHeader(path string) (Header, error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return Header{}, err
 	}
@@ -350,7 +349,7 @@ func Read(path string) (Header, []float32, error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return Header{}, nil, err
 	}

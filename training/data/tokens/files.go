@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ortrain/ortrain/training/safefile"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
 )
@@ -98,9 +99,9 @@ func readGSM8KFile(path string, skipBad bool) ([]Example, int, error) {
 	case strings.HasSuffix(lower, ".arrow"):
 		return nil, 0, &FileError{File: path, Err: errors.New("an Arrow file (the datasets cache) is not read: write the split with Dataset.to_parquet or Dataset.to_json, or use the hub's Parquet files")}
 	}
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
-		return nil, 0, &FileError{File: path, Err: err}
+		return nil, 0, openError(path, err)
 	}
 	defer f.Close()
 	var r io.Reader = f
@@ -193,9 +194,9 @@ type parquetRecord struct {
 // readParquet reads the question, answer and (when present) plan columns of
 // a Parquet file; other columns are ignored.
 func readParquet(path string, skipBad bool) (out []Example, skipped int, err error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
-		return nil, 0, &FileError{File: path, Err: err}
+		return nil, 0, openError(path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -320,4 +321,14 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// openError names a file that could not be opened, once: a
+// *safefile.NotFileError names it already.
+func openError(path string, err error) error {
+	var nf *safefile.NotFileError
+	if errors.As(err, &nf) {
+		return err
+	}
+	return &FileError{File: path, Err: err}
 }
