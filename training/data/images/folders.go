@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/ortrain/ortrain/training/safefile"
 )
 
 // Extensions are the file name endings Folders lists as images, in any
@@ -186,8 +188,13 @@ func classFiles(dir string) ([]string, error) {
 			case isDir(dir, e):
 				subdirs = append(subdirs, p)
 			case isImage(e.Name()):
-				// A broken link is listed too, as torchvision lists
-				// it: loading it fails naming it.
+				// A named pipe or device named as an image is refused
+				// here, before training, rather than blocking the step
+				// that loads it. A broken link is listed, as torchvision
+				// lists it: loading it fails naming it.
+				if err := notFile(p, e); err != nil {
+					return err
+				}
 				files = append(files, p)
 			}
 		}
@@ -227,6 +234,19 @@ func isDir(dir string, e fs.DirEntry) bool {
 	}
 	fi, err := os.Stat(filepath.Join(dir, e.Name()))
 	return err == nil && fi.IsDir()
+}
+
+// notFile refuses entry e, at path p, unless it is a regular file or a
+// link (followed) to one; the directory entry's type suffices for all but
+// links, so a large folder costs no extra stat per file.
+func notFile(p string, e fs.DirEntry) error {
+	if e.Type()&fs.ModeSymlink != 0 {
+		return safefile.Check(p)
+	}
+	if !e.Type().IsRegular() {
+		return &safefile.NotFileError{Path: p, Mode: e.Type()} // p is absolute: Folders makes root so
+	}
+	return nil
 }
 
 // isImage reports whether name ends with one of Extensions, in any case.
