@@ -351,6 +351,11 @@ func (d *Dataset) decode(file []byte, rng *rand.Rand, buf []byte) (region, []byt
 		if err != nil {
 			return region{}, buf, err
 		}
+		if W < 1 || H < 1 || W > maxPixels/H {
+			// As decodeImage refuses it: a header claiming billions of
+			// pixels is a broken or hostile file, not a photograph.
+			return region{}, buf, fmt.Errorf("JPEG of %d × %d pixels: want 1 to %d pixels", W, H, maxPixels)
+		}
 		x, y, w, h := d.crop(W, H, rng)
 		// The smallest DCT scale num/8 that keeps the crop at least Size
 		// pixels on both sides: decoding at lower resolution is cheaper.

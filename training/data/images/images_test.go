@@ -350,3 +350,38 @@ func TestRandomErasing(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeJPEGHeaderRefused: a small JPEG whose frame header claims
+// 65500 × 65500 pixels is refused by both decoders, naming the file, as
+// PIL refuses a decompression bomb, instead of decoding to garbage.
+func TestHugeJPEGHeaderRefused(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.jpg")
+	synthetic.WriteImage(good, synthetic.Photo(64, 48, 0, rand.New(rand.NewPCG(1, 1))))
+	raw, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sof := -1
+	for i := 2; i+9 < len(raw); i++ {
+		if raw[i] == 0xff && (raw[i+1] == 0xc0 || raw[i+1] == 0xc2) {
+			sof = i
+			break
+		}
+	}
+	if sof < 0 {
+		t.Fatal("no SOF marker in the synthetic JPEG")
+	}
+	raw[sof+5], raw[sof+6], raw[sof+7], raw[sof+8] = 0xff, 0xdc, 0xff, 0xdc // height, width 65500
+	p := filepath.Join(dir, "bomb.jpg")
+	os.WriteFile(p, raw, 0o644)
+	for _, train := range []bool{true, false} {
+		for _, dec := range []Decoder{LibJPEGTurbo, GoJPEG} {
+			ds, _ := New([]Item{{p, 0}}, Config{Train: train, Decoder: dec, Size: 32, Resize: 40})
+			_, _, err := load(t, ds, 0, 1)
+			if err == nil || !strings.HasPrefix(err.Error(), p+": ") || !strings.Contains(err.Error(), "65500 × 65500 pixels") {
+				t.Errorf("decoder %d, train %v: %v, want the 65500 × 65500 header refused naming the file", dec, train, err)
+			}
+		}
+	}
+}
