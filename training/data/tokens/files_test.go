@@ -246,3 +246,31 @@ func TestGSM8KFieldOfAnotherType(t *testing.T) {
 		}
 	}
 }
+
+// TestGSM8KInvalidUTF8: a question in Latin-1 (not UTF-8) is refused in
+// each file form, naming the file and the line or record, instead of being
+// tokenised as U+FFFD; with skip_bad_files the record is skipped.
+func TestGSM8KInvalidUTF8(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"question": "Half of 10?", "answer": "10/2=5\n#### 5"}`
+	latin1 := "{\"question\": \"How many caf\xe9s?\", \"answer\": \"2\\n#### 2\"}"
+	jsonl := writeFile(t, filepath.Join(dir, "train.jsonl"), []byte(good+"\n"+latin1+"\n"))
+	arr := writeFile(t, filepath.Join(dir, "train.json"), []byte("["+good+",\n"+latin1+"]"))
+	pq := writeParquet(t, filepath.Join(dir, "train.parquet"), []planRow{
+		{Question: "Half of 10?", Answer: "#### 5"},
+		{Question: "How many caf\xe9s?", Answer: "#### 2"},
+	})
+	for _, tc := range []struct{ path, says string }{
+		{jsonl, jsonl + ":2: not valid UTF-8 (byte 27 of the record is 0xe9)"},
+		{arr, arr + ": record 2: not valid UTF-8"},
+		{pq, pq + ": record 2: the question is not valid UTF-8"},
+	} {
+		var fe *FileError
+		if _, _, err := ReadGSM8K(tc.path, false); err == nil || !strings.HasPrefix(err.Error(), tc.says) || !errors.As(err, &fe) || !fe.BadInput() {
+			t.Errorf("%s: %v; want %q…", filepath.Base(tc.path), err, tc.says)
+		}
+		if ex, skipped, err := ReadGSM8K(tc.path, true); err != nil || len(ex) != 1 || skipped != 1 {
+			t.Errorf("%s skipping bad records: %d examples, %d skipped, %v", filepath.Base(tc.path), len(ex), skipped, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Example is one GSM8K record: a question and an answer whose worked steps
@@ -128,6 +129,12 @@ func ParseGSM8K(name string, r io.Reader, skipBad bool) ([]Example, int, error) 
 
 func parseLine(b []byte) (Example, error) {
 	var e Example
+	// encoding/json would turn invalid UTF-8 into U+FFFD silently; text
+	// in another encoding (Latin-1, UTF-16) must be converted, not
+	// tokenised as replacement characters.
+	if err := validUTF8(b); err != nil {
+		return e, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&e); err != nil {
 		var te *json.UnmarshalTypeError
@@ -142,8 +149,30 @@ func parseLine(b []byte) (Example, error) {
 	return e, check(e)
 }
 
+// validUTF8 says where b stops being UTF-8.
+func validUTF8(b []byte) error {
+	if utf8.Valid(b) {
+		return nil
+	}
+	at := 0
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		at += n
+		b = b[n:]
+	}
+	return fmt.Errorf("not valid UTF-8 (byte %d of the record is 0x%02x): save the file as UTF-8 (iconv -f LATIN1 -t UTF-8, or Python's open(..., encoding=...))", at+1, b[0])
+}
+
 // check says what a record lacks to be a GSM8K example.
 func check(e Example) error {
+	for _, f := range []struct{ name, text string }{{"question", e.Question}, {"answer", e.Answer}, {"plan", e.Plan}} {
+		if !utf8.ValidString(f.text) {
+			return fmt.Errorf("the %s is not valid UTF-8: save the file's text as UTF-8", f.name)
+		}
+	}
 	switch {
 	case strings.TrimSpace(e.Question) == "":
 		return fmt.Errorf("no question")
