@@ -52,6 +52,10 @@ type signals struct {
 	mu      sync.Mutex
 	started bool
 	undo    func() string // undoes setup, saying what it did
+	// abandon, on an exit once training started, puts back an
+	// overwritten run directory's previous run if the new run has not
+	// taken a step yet, saying what it did ("" for nothing).
+	abandon func() string
 }
 
 // watchSignals starts handling SIGINT and SIGTERM, in setup mode.
@@ -89,7 +93,13 @@ func (s *signals) loop() {
 			s.cancel()
 			continue
 		}
-		fmt.Fprintln(s.w, "ortrain: exiting without a new checkpoint")
+		msg := "exiting without a new checkpoint"
+		if s.abandon != nil {
+			if undone := s.abandon(); undone != "" {
+				msg += " before the new run's first step; " + undone
+			}
+		}
+		fmt.Fprintln(s.w, "ortrain: "+msg)
 		os.Exit(130)
 	}
 }
@@ -99,6 +109,13 @@ func (s *signals) setUndo(undo func() string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.undo = undo
+}
+
+// setAbandon registers what a second signal does before it exits.
+func (s *signals) setAbandon(abandon func() string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abandon = abandon
 }
 
 // start ends setup mode: signals now interrupt training. (It waits for a

@@ -18,6 +18,7 @@ import (
 	"github.com/ortrain/ortrain/configs"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
@@ -39,7 +40,10 @@ checkpoint stays whole; the same signal again within 1.5 s, as GNU
 timeout sends it, counts once). A signal during setup exits 130 at once
 and leaves nothing: the new run directory is removed, an overwritten one
 keeps its old run. --overwrite replaces a run directory's contents only
-once the new run's setup succeeded, and only those of a run.
+once the new run has taken its first step, and only those of a run: a
+command that fails, panics or is stopped before then puts the old run
+back, and one killed outright leaves it aside in the directory, where the
+next train on it (--resume, --run-dir) puts it back.
 
 Examples:
    ortrain train --config resnet.toml --set trainer.max_steps=1000
@@ -73,6 +77,9 @@ func trainAction(c *cli.Context) error {
 		return err
 	}
 	if err := adoptArtifacts(cfg); err != nil {
+		return err
+	}
+	if err := recoverOverwrites(c.App.ErrWriter, cfg, c.String("resume")); err != nil {
 		return err
 	}
 	_, err = train(c, cfg, c.String("resume"), c.String("run-dir"), c.Bool("overwrite"))
@@ -175,10 +182,14 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if err != nil {
 		return "", err
 	}
+	if rd.Recovered != "" {
+		fmt.Fprintln(c.App.ErrWriter, "ortrain: "+rd.Recovered)
+	}
 	// A new version (or a --run-dir this command made) whose setup fails
 	// (artifacts that do not build, data that does not open, initial
-	// weights refused) or is interrupted is removed, and an overwritten
-	// --run-dir gets its old run back: a failed command leaves nothing.
+	// weights refused), panics or is interrupted is removed, and an
+	// overwritten --run-dir gets its old run back: a failed command leaves
+	// nothing.
 	undo := sync.OnceValue(func() string {
 		msg, err := rd.Discard()
 		if err != nil {
@@ -192,12 +203,27 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		}
 		return msg
 	})
+	// An overwritten run directory's old run is deleted only once the
+	// new run has taken its first step (tx.commit): until then every way
+	// this command can end puts it back — an error or a panic in setup or
+	// before that step (here), a signal (sig), and a process killed
+	// outright (rundir.Recover, when the directory is next opened).
+	tx := &overwriteTx{rd: rd, undo: undo}
 	sig.setUndo(undo)
+	sig.setAbandon(tx.abandon)
 	started := false
 	defer func() {
-		if err != nil && !started {
+		// Runs after t.Close (deferred later): the trainer's files are
+		// closed before they are removed. Not on err alone: a panic
+		// unwinds through here with err still nil.
+		switch {
+		case !started:
 			if msg := undo(); strings.HasPrefix(msg, "undoing") {
 				fmt.Fprintln(c.App.ErrWriter, "ortrain: "+msg)
+			}
+		case !tx.done():
+			if msg := tx.abandon(); msg != "" {
+				fmt.Fprintf(c.App.ErrWriter, "ortrain: the new run in %s ended before its first step: %s\n", rd.Path, msg)
 			}
 		}
 		rd.Close()
@@ -239,11 +265,14 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 		}
 	}
 	t, err := trainer.New(trainer.Options{Config: cfg, Artifacts: prep.artifacts, Session: opts, Train: prep.train, Val: prep.val,
-		Dir: rd, Resume: ck, Progress: os.Stderr, Comm: comm})
+		Dir: rd, Resume: ck, Progress: os.Stderr, Comm: comm, Callbacks: []callback.Callback{commitOnStep{tx, c.App.ErrWriter}}})
 	if err != nil {
 		return "", err
 	}
 	defer t.Close()
+	if testFault != nil {
+		testFault("setup")
+	}
 	// Written once every check passed: a refused resume adds no
 	// config.resume-K.toml.
 	if _, err := rd.WriteConfig(enc); err != nil {
@@ -251,10 +280,116 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	}
 	sig.start()
 	started = true
-	if err := rd.Commit(); err != nil { // an overwritten run's old contents
-		fmt.Fprintf(c.App.ErrWriter, "ortrain: warning: %s: removing the replaced run: %v\n", rd.Path, err)
+	if testFault != nil {
+		testFault("started")
 	}
 	return rd.Path, t.Run(sig.ctx)
+}
+
+// testFault, set by tests only (nil in the binary), is called at the end
+// of a new run's setup ("setup": the run directory opened and written
+// into) and once training started ("started", before the first step): a
+// test fails the command there, as a panic would, to check what the
+// failure leaves of an overwritten run.
+var testFault func(stage string)
+
+// overwriteTx keeps an overwritten run directory's previous run until the
+// new run has taken a step: commit deletes it then, abandon puts it back
+// when the command ends first. Both at most once, whichever comes first
+// (a second signal abandons from the signal handler's goroutine while the
+// loop may be committing).
+type overwriteTx struct {
+	rd   *rundir.Dir
+	undo func() string
+
+	mu                sync.Mutex
+	committed, undone bool
+}
+
+// commit deletes the previous run; the first step was taken.
+func (t *overwriteTx) commit() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.committed || t.undone {
+		return nil
+	}
+	t.committed = true
+	return t.rd.Commit()
+}
+
+// abandon puts an overwritten directory's previous run back (and removes
+// what the new run wrote); it says what it did, "" when there was nothing
+// to put back.
+func (t *overwriteTx) abandon() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.committed || t.undone || !t.rd.Overwriting() {
+		return ""
+	}
+	t.undone = true
+	return t.undo()
+}
+
+// done reports whether nothing is left to put back.
+func (t *overwriteTx) done() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.committed || t.undone || !t.rd.Overwriting()
+}
+
+// commitOnStep commits an overwrite at the end of the new run's first
+// step, the point from which it has something of its own (a step in
+// metrics.csv, soon a checkpoint) to keep in place of the old run.
+type commitOnStep struct {
+	tx *overwriteTx
+	w  io.Writer
+}
+
+func (commitOnStep) OnTrainStart(*callback.State) error { return nil }
+
+func (c commitOnStep) OnStepEnd(*callback.State, callback.StepResult) error {
+	if err := c.tx.commit(); err != nil {
+		// The new run goes on; the old one is only partly deleted.
+		fmt.Fprintf(c.w, "ortrain: warning: %s: removing the replaced run: %v\n", c.tx.rd.Path, err)
+	}
+	return nil
+}
+
+func (commitOnStep) OnValidationEnd(*callback.State, map[string]float64) error { return nil }
+func (commitOnStep) OnTrainEnd(*callback.State) error                          { return nil }
+
+// recoverOverwrites puts back the previous run of any directory resume
+// names (or, for last and best, of the run's versions) that an overwrite
+// cut off by a killed process left aside (rundir.Recover), before the
+// checkpoint to resume is looked for.
+func recoverOverwrites(w io.Writer, cfg *config.Config, resume string) error {
+	var dirs []string
+	switch resume {
+	case "":
+		return nil
+	case "last", "best":
+		root := filepath.Join(cfg.OutputDir, cfg.Name)
+		des, _ := os.ReadDir(root)
+		for _, de := range des {
+			if de.IsDir() && strings.HasPrefix(de.Name(), "version_") {
+				dirs = append(dirs, filepath.Join(root, de.Name()))
+			}
+		}
+	default:
+		// A version directory, its checkpoints/ or one checkpoint in it.
+		p := filepath.Clean(resume)
+		dirs = []string{p, filepath.Dir(p), filepath.Dir(filepath.Dir(p))}
+	}
+	for _, d := range dirs {
+		msg, err := rundir.Recover(d)
+		if err != nil {
+			return err
+		}
+		if msg != "" {
+			fmt.Fprintln(w, "ortrain: "+msg)
+		}
+	}
+	return nil
 }
 
 // joinJob joins the data-parallel job a launcher started this process in

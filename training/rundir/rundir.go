@@ -32,7 +32,10 @@ type Dir struct {
 	Path    string
 	Version int  // N of version_N, -1 when the directory is not named so
 	Resumed bool // opened by Resume
-	lock    *os.File
+	// Recovered says what Recover did on opening ("" for nothing): an
+	// interrupted overwrite's previous run put back.
+	Recovered string
+	lock      *os.File
 	// created: made by New or At (Discard removes it); replaced: where
 	// At moved an overwritten directory's contents (see Commit).
 	created  bool
@@ -106,6 +109,10 @@ func New(outputDir, name string) (*Dir, error) {
 // empty directory; Commit deletes them once the run's setup succeeded,
 // Discard puts them back when it failed.
 func At(path string, overwrite bool, inputs map[string]string) (*Dir, error) {
+	recovered, err := Recover(path)
+	if err != nil {
+		return nil, err
+	}
 	des, err := readDir(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -147,6 +154,7 @@ func At(path string, overwrite bool, inputs map[string]string) (*Dir, error) {
 			return nil, err
 		}
 	}
+	d.Recovered = recovered
 	return d, nil
 }
 
@@ -230,17 +238,85 @@ func (d *Dir) moveAside(des []os.DirEntry) error {
 	return syncDir(d.Path)
 }
 
+// discardedPrefix names the hidden folder Commit renames the replaced
+// contents to before deleting them: a process killed while deleting leaves
+// a folder Recover removes, never one it would put back over the new run.
+const discardedPrefix = ".ortrain-discarded-"
+
 // Commit deletes what an overwritten directory held before (see At): the
-// new run's setup succeeded.
+// new run is under way. The old contents are first renamed (one atomic
+// step that decides the overwrite), then deleted.
 func (d *Dir) Commit() error {
 	if d.replaced == "" {
 		return nil
 	}
-	err := os.RemoveAll(d.replaced)
-	if err == nil {
-		d.replaced = ""
+	gone := filepath.Join(d.Path, discardedPrefix+strings.TrimPrefix(filepath.Base(d.replaced), replacedPrefix))
+	if err := os.Rename(d.replaced, gone); err != nil {
+		return err
 	}
-	return err
+	d.replaced = ""
+	if err := syncDir(d.Path); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+// Overwriting reports whether the directory's previous run is still kept
+// aside: an overwrite neither committed nor discarded yet.
+func (d *Dir) Overwriting() bool { return d.replaced != "" }
+
+// Recover finishes an overwrite of the run directory path that a process
+// killed before it committed or discarded it left behind (SIGKILL, a
+// crash, a panic outside the main goroutine): the new run's partial
+// contents are deleted and the previous run, kept in a hidden folder
+// inside path, is put back; a commit's leftover is deleted. It says what
+// it did ("" for nothing to do, or when another process holds the
+// directory: its own overwrite is under way). Resume and At call it.
+func Recover(path string) (string, error) {
+	des, err := os.ReadDir(path)
+	if err != nil || !slices.ContainsFunc(des, isLeftover) {
+		return "", nil // nothing of an overwrite here (or no directory: the caller says)
+	}
+	d, err := open(path, versionNumber(path), false)
+	if err != nil {
+		var re *Error
+		if errors.As(err, &re) && strings.HasPrefix(re.Msg, "in use") {
+			return "", nil
+		}
+		return "", err
+	}
+	defer d.Close()
+	if des, err = readDir(path); err != nil { // again, under the lock
+		return "", err
+	}
+	var aside []string
+	for _, de := range des {
+		switch n := de.Name(); {
+		case strings.HasPrefix(n, discardedPrefix):
+			if err := os.RemoveAll(filepath.Join(path, n)); err != nil {
+				return "", err
+			}
+		case strings.HasPrefix(n, replacedPrefix):
+			aside = append(aside, n)
+		}
+	}
+	switch len(aside) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", &Error{Path: path, Msg: fmt.Sprintf("holds %d runs kept aside by interrupted overwrites (%s): move the one to keep back into %s by hand", len(aside), strings.Join(aside, ", "), path)}
+	}
+	d.replaced = filepath.Join(path, aside[0])
+	if _, err := d.Discard(); err != nil {
+		return "", err
+	}
+	return "an earlier --overwrite of " + path + " was cut off before its new run took a step: its previous run is put back", nil
+}
+
+// isLeftover reports whether de is a folder an unfinished overwrite left.
+func isLeftover(de os.DirEntry) bool {
+	return strings.HasPrefix(de.Name(), replacedPrefix) || strings.HasPrefix(de.Name(), discardedPrefix)
 }
 
 // Discard undoes a run's setup that failed: a directory that At or New

@@ -137,6 +137,98 @@ func TestAtOverwrite(t *testing.T) {
 	}
 }
 
+// TestRecoverKilledOverwrite: an overwrite whose process died before it
+// committed or discarded (only its lock released, as the kernel does)
+// leaves the old run aside; Recover, and At through it, put it back and
+// remove what the new run wrote. A commit's leftover is deleted, the new
+// run kept; a directory another process holds is left alone.
+func TestRecoverKilledOverwrite(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "run")
+	d, err := At(p, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(d.File(MetricsFile), []byte("old"), 0o644)
+	os.MkdirAll(filepath.Join(d.Checkpoints(), "step-000000004"), 0o755)
+	os.WriteFile(filepath.Join(d.Checkpoints(), "step-000000004", "state.json"), []byte("{}"), 0o644)
+	d.Close()
+	before := tree(t, p)
+	killed := func() {
+		t.Helper()
+		d, err := At(p, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(d.File(ConfigFile), []byte("new"), 0o644)
+		os.MkdirAll(d.Checkpoints(), 0o755)
+		d.Close() // the process dies: no Discard, no Commit
+	}
+
+	killed()
+	// Held by another process: not touched.
+	other, err := open(p, -1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := Recover(p); msg != "" || err != nil {
+		t.Errorf("Recover of a directory in use = %q, %v; want nothing done", msg, err)
+	}
+	other.Close()
+	if msg, err := Recover(p); err != nil || !strings.Contains(msg, "previous run is put back") {
+		t.Errorf("Recover = %q, %v", msg, err)
+	}
+	if after := tree(t, p); !maps.Equal(before, after) {
+		t.Errorf("a killed overwrite, recovered:\nbefore %v\nafter  %v", before, after)
+	}
+	if msg, err := Recover(p); msg != "" || err != nil {
+		t.Errorf("Recover again = %q, %v; want nothing to do", msg, err)
+	}
+
+	// At recovers first: a refused At (no overwrite) still puts it back,
+	// and an overwrite moves aside the old run, not the leftover.
+	killed()
+	if _, err := At(p, false, nil); err == nil {
+		t.Error("At without overwrite on a run: no refusal")
+	}
+	if after := tree(t, p); !maps.Equal(before, after) {
+		t.Errorf("a killed overwrite, then At refused:\nbefore %v\nafter  %v", before, after)
+	}
+	killed()
+	d, err = At(p, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d.Recovered, "put back") {
+		t.Errorf("At's Recovered = %q", d.Recovered)
+	}
+	if _, err := d.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if after := tree(t, p); !maps.Equal(before, after) {
+		t.Errorf("a killed overwrite, then one discarded:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// Killed while Commit deleted the old run: the new run stays.
+	d, err = At(p, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(d.File(ConfigFile), []byte("new"), 0o644)
+	gone := filepath.Join(p, discardedPrefix+"123")
+	if err := os.Rename(d.replaced, gone); err != nil {
+		t.Fatal(err)
+	}
+	d.replaced = ""
+	d.Close()
+	if _, err := Recover(p); err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, p); len(got) != 1 || got[ConfigFile] != "new" {
+		t.Errorf("after a commit cut off, Recover left %v; want only the new run", got)
+	}
+}
+
 // TestAtOverwriteRefuses: --overwrite deletes nothing of a directory that
 // is not an ortrain run, or that holds the run's own inputs, and says why;
 // a file is not a run directory.
