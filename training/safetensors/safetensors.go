@@ -260,6 +260,13 @@ func parse(path string, r io.ReaderAt, size int64) (*File, error) {
 	if err := json.Unmarshal(js, &raw); err != nil {
 		return nil, bad("header is not JSON: %v", err)
 	}
+	// encoding/json keeps the last of repeated keys: two entries for one
+	// tensor would load whichever came last, silently.
+	if key, err := repeatedKey(json.NewDecoder(bytes.NewReader(js)), ""); err != nil {
+		return nil, bad("header is not JSON: %v", err)
+	} else if key != "" {
+		return nil, bad("the header names %s more than once; each tensor (and each of its fields) must appear once", key)
+	}
 	sf := &File{path: path, r: r, byName: map[string]int{}}
 	dataStart := 8 + int64(n)
 	for name, msg := range raw {
@@ -393,4 +400,50 @@ func Read(path string) ([]Tensor, map[string]string, error) {
 		out[i] = Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: d}
 	}
 	return out, sf.metadata, nil
+}
+
+// repeatedKey reads one JSON value from dec and returns the first key that
+// appears twice in one of its objects, described for an error ("tensor
+// \"w\"", "field \"dtype\" of tensor \"w\""), or "" when none does. in
+// describes the enclosing object's key ("" at the top).
+func repeatedKey(dec *json.Decoder, in string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			key, _ := k.(string)
+			what := fmt.Sprintf("tensor %q", key)
+			if key == "__metadata__" && in == "" {
+				what = key
+			} else if in != "" {
+				what = fmt.Sprintf("field %q of %s", key, in)
+			}
+			if seen[key] {
+				return what, nil
+			}
+			seen[key] = true
+			if dup, err := repeatedKey(dec, what); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token() // '}'
+		return "", err
+	case json.Delim('['):
+		for dec.More() {
+			if dup, err := repeatedKey(dec, in); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token() // ']'
+		return "", err
+	}
+	return "", nil
 }

@@ -62,6 +62,10 @@ func TestRejectsCorruptFiles(t *testing.T) {
 		{"bad dtype", hdr(`{"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}`), "dtype"},
 		{"shape mismatch", hdr(`{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}`), "byte range"},
 		{"short", []byte{1, 2}, "too short"},
+		// The last of repeated keys would win silently.
+		{"repeated tensor", hdr(`{"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`), `names tensor "a" more than once`},
+		{"repeated field", hdr(`{"a":{"dtype":"I64","dtype":"F32","shape":[2],"data_offsets":[0,8]}}`), `names field "dtype" of tensor "a" more than once`},
+		{"repeated metadata", hdr(`{"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`), `names field "k" of __metadata__ more than once`},
 	}
 	for _, c := range cases {
 		if _, _, err := Decode(c.data); err == nil || !strings.Contains(err.Error(), c.want) {
