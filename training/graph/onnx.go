@@ -56,6 +56,12 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 		g.Metadata[kv.GetKey()] = kv.GetValue()
 	}
 	for _, t := range gp.GetInitializer() {
+		// A code ONNX does not define would be kept as a constant of no
+		// known type, and a parameter so marked silently left out of
+		// training.
+		if dt := t.GetDataType(); dt < 1 || dt > maxDataType {
+			return nil, &TensorError{t.GetName(), fmt.Sprintf("data_type %d is not an ONNX element type (ONNX Runtime's are 1 to %d): the file is damaged or was not written by an ONNX exporter; export the model again", dt, maxDataType)}
+		}
 		if _, err := checkTensor(t); err != nil {
 			return nil, err
 		}
@@ -211,6 +217,10 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // BadInput marks the error as the user's to fix (exit code 2).
 func (e *FileError) BadInput() bool { return true }
+
+// maxDataType is the last element type code ONNX Runtime 1.30 knows
+// (ONNXTensorElementDataType: INT2, from ONNX 1.20).
+const maxDataType = 25
 
 // Load reads an ONNX model file, pulling in external data. External data
 // locations must be relative paths inside the model's folder: a model file

@@ -79,7 +79,8 @@ func TestUnsupportedOpset(t *testing.T) {
 // input naming the tensor and the file, before anything is allocated for
 // them: a negative dimension, dimensions whose product overflows, more or
 // fewer values than the dimensions hold, external data past the end of
-// its file or in a FIFO (which would block a reader forever).
+// its file or in a FIFO (which would block a reader forever), an element
+// type ONNX does not define.
 func TestHostileInitializers(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "w.bin"), make([]byte, 16), 0o644); err != nil {
@@ -100,6 +101,11 @@ func TestHostileInitializers(t *testing.T) {
 		"too few raw bytes":  {Name: proto.String("w"), DataType: proto.Int32(int32(ort.Float32)), Dims: []int64{1 << 30}, RawData: []byte{1, 2}},
 		"past the file end":  ext("w.bin", 1<<30),
 		"a FIFO":             ext("fifo.bin", 2),
+		// A type ONNX does not define was kept as an unknown constant and
+		// the parameter silently left out of training.
+		"data_type 999": {Name: proto.String("w"), DataType: proto.Int32(999), Dims: []int64{2}, RawData: make([]byte, 8)},
+		"data_type 0":   {Name: proto.String("w"), DataType: proto.Int32(0), Dims: []int64{2}, RawData: make([]byte, 8)},
+		"no data_type":  {Name: proto.String("w"), Dims: []int64{2}, RawData: make([]byte, 8)},
 	} {
 		g := New("t", EmitOpset)
 		g.AddInitializer(init)
