@@ -29,7 +29,10 @@ names every tensor of the training graph at the batch with more than
 kernels cannot take, and says what to change. Exit 0 for a valid
 configuration (even without data), 2 for a bad one or one train would refuse
 (a loader over data.memory_limit or, with 0, over the machine's memory; on a
-CUDA device, a tensor over 2^31 − 1 elements).
+CUDA device, a tensor over 2^31 − 1 elements). With --gpu (or --step-time)
+it predicts the step's time on that GPU: each node's FLOPs and bytes at the
+batch, at its op class's efficiency (fitted on ResNet-50 profiles on an
+H200), a launch per kernel, and the host's part.
 
 Examples:
    ortrain plan --preset vqgan3d-h200
@@ -37,11 +40,14 @@ Examples:
    ortrain plan --config run.toml --set data.batch_size=8 --json
    ortrain plan --preset bd3lm-gsm8k-h200 --memory --set model.recompute=blocks
    ortrain plan --config run.toml --memory --probe 2
-   ortrain plan --preset resnet50-a10g-balanced --memory --gpu-memory 23GiB`,
+   ortrain plan --preset resnet50-a10g-balanced --memory --gpu-memory 23GiB
+   ortrain plan --preset resnet50-a10g-balanced --gpu h200`,
 		Flags: append(configFlags(), &cli.BoolFlag{Name: "json", Usage: "write the plan as JSON"},
 			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak, and tensors too large for CUDA's kernels"},
 			&cli.StringFlag{Name: "gpu-memory", Usage: "with --memory, the largest batch per device whose step fits in `SIZE` (\"23GiB\"); default with a CUDA device: its memory, when NVML sees it"},
-			&cli.IntFlag{Name: "probe", Usage: "with --memory, also run a training step at batch `N` on this machine's CPU, measure ONNX Runtime's allocator peak and calibrate the replay with it (0: none)"}),
+			&cli.IntFlag{Name: "probe", Usage: "with --memory, also run a training step at batch `N` on this machine's CPU, measure ONNX Runtime's allocator peak and calibrate the replay with it (0: none)"},
+			&cli.StringFlag{Name: "gpu", Usage: "also predict the training step's time on `GPU` (h100, h200, a10g) from the graphs' shapes at the batch; --step-time picks it from the configuration's name (else h200)"},
+			&cli.BoolFlag{Name: "step-time", Usage: "predict the training step's time on the GPU the configuration's name mentions (h100, h200, a10g; else h200)"}),
 		Action: func(c *cli.Context) error {
 			cfg, err := readConfig(c)
 			if err != nil {
@@ -82,12 +88,33 @@ Examples:
 					return err
 				}
 			}
+			var step *plan.StepTime
+			if c.IsSet("gpu") || c.Bool("step-time") {
+				gpu := plan.DefaultGPU(cfg.Name)
+				if c.IsSet("gpu") {
+					if gpu, err = plan.LookupGPU(c.String("gpu")); err != nil {
+						return usageError{fmt.Errorf("plan: --gpu: %v", err)}
+					}
+				}
+				if err := loadORT(c, cfg.ORTLib); err != nil {
+					return err
+				}
+				if step, err = plan.PredictStep(cfg, gpu); err != nil {
+					return err
+				}
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
-				err = enc.Encode(p)
+				err = enc.Encode(struct {
+					*plan.Plan
+					StepTime *plan.StepTime `json:"step_time,omitempty"`
+				}{p, step})
 			} else {
 				err = p.WriteText(c.App.Writer)
+				if err == nil && step != nil {
+					step.WriteText(c.App.Writer, 6)
+				}
 			}
 			if err == nil && len(p.Refusals) > 0 {
 				err = usageError{fmt.Errorf("train would refuse this configuration: %s", strings.Join(p.Refusals, "; "))}

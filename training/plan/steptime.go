@@ -1,0 +1,620 @@
+package plan
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/memplan"
+	"github.com/ortrain/ortrain/training/precision"
+)
+
+// GPU is a GPU's published peak rates, what the step-time model divides by.
+type GPU struct {
+	// Name is the key --gpu takes.
+	Name string `json:"name"`
+	// Title names the card for people.
+	Title string `json:"title"`
+	// Tensor16 is dense float16/bfloat16 tensor-core FLOP/s, TF32 dense
+	// TF32 tensor-core FLOP/s, FP32 float32 FLOP/s without tensor cores.
+	Tensor16 float64 `json:"tensor16_flops"`
+	TF32     float64 `json:"tf32_flops"`
+	FP32     float64 `json:"fp32_flops"`
+	// Bandwidth is the device memory's bytes per second.
+	Bandwidth float64 `json:"bandwidth"`
+}
+
+// GPUs are the cards plan predicts for, from their data sheets (SXM
+// parts for the H100 and H200; dense rates, no sparsity).
+var GPUs = map[string]GPU{
+	"h200": {Name: "h200", Title: "NVIDIA H200 SXM", Tensor16: 989e12, TF32: 494e12, FP32: 67e12, Bandwidth: 4.8e12},
+	"h100": {Name: "h100", Title: "NVIDIA H100 SXM", Tensor16: 989e12, TF32: 494e12, FP32: 67e12, Bandwidth: 3.35e12},
+	"a10g": {Name: "a10g", Title: "NVIDIA A10G", Tensor16: 125e12, TF32: 62.5e12, FP32: 31.2e12, Bandwidth: 600e9},
+}
+
+// GPUNames lists GPUs' keys, sorted.
+func GPUNames() []string {
+	names := make([]string, 0, len(GPUs))
+	for n := range GPUs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// LookupGPU finds a GPU by its key, in any case ("H200", "h200").
+func LookupGPU(name string) (GPU, error) {
+	if g, ok := GPUs[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return g, nil
+	}
+	return GPU{}, fmt.Errorf("unknown GPU %q: want one of %s", name, strings.Join(GPUNames(), ", "))
+}
+
+// DefaultGPU is the GPU a configuration named name is planned for: the
+// one its name mentions (the presets are named after their card, as
+// resnet50-a10g-balanced), else the H200.
+func DefaultGPU(name string) GPU {
+	lower := strings.ToLower(name)
+	for _, n := range GPUNames() {
+		if strings.Contains(lower, n) {
+			return GPUs[n]
+		}
+	}
+	return GPUs["h200"]
+}
+
+// Op classes of the step-time model: each has its own efficiency, the
+// fraction of the peak its kernels reach.
+const (
+	classConv      = "conv"           // Conv: cuDNN forward
+	classConvT     = "conv-transpose" // ConvTranspose: cuDNN backward-data
+	classConvWgrad = "conv-wgrad"     // a Conv whose window is a gradient map: a weight gradient
+	classGEMM      = "gemm"           // MatMul, Gemm: cuBLAS
+	classElem      = "elementwise"
+	classCast      = "cast"
+	classReduce    = "reduce"       // ONNX Runtime's own reduction kernel
+	classReduceDNN = "reduce-cudnn" // reductions cuDNN runs
+	classNorm      = "norm"         // BatchNormalization and the other normalisations
+	classTranspose = "transpose"
+	classCopy      = "copy" // Slice, Concat, Pad, Identity, Expand, Gather...
+	classPool      = "pool"
+	classScatter   = "scatter"
+	classSoftmax   = "softmax"
+)
+
+// efficiency is a class's fraction of the peak FLOP/s and of the memory
+// bandwidth its kernels reach.
+type efficiency struct{ compute, memory float64 }
+
+// efficiencies were fitted on two ONNX Runtime profiles of a ResNet-50
+// step (224², batch 256, 16-mixed, SGD momentum 0.9) on an H200 with ONNX
+// Runtime 1.29's CUDA provider (../shared/device/README.md; the per-op
+// tables are training/plan/testdata/profile-*.tsv): ortrain 0380ec6's graph
+// (convolution weight gradients as per-offset MatMuls over Slices) and
+// f87388c's (ConvTranspose and one Conv or Gemm per convolution). For each
+// class, the measured kernel time less the launch overhead divided into
+// the time at the peak. TestStepTimeCalibration keeps both within 15%.
+var efficiencies = map[string]efficiency{
+	classConv:      {compute: 0.03, memory: 0.5},
+	classConvT:     {compute: 0.052, memory: 0.5},
+	classConvWgrad: {compute: 0.008, memory: 0.5},
+	classGEMM:      {compute: 0.08, memory: 0.5},
+	classElem:      {compute: 0.5, memory: 0.5},
+	classCast:      {compute: 0.5, memory: 0.6},
+	classReduce:    {compute: 0.5, memory: 0.15},
+	classReduceDNN: {compute: 0.5, memory: 0.15},
+	classNorm:      {compute: 0.5, memory: 0.9},
+	classTranspose: {compute: 0.5, memory: 0.3},
+	classCopy:      {compute: 0.5, memory: 0.6},
+	classPool:      {compute: 0.5, memory: 0.05},
+	classScatter:   {compute: 0.5, memory: 0.008},
+	classSoftmax:   {compute: 0.5, memory: 0.5},
+}
+
+// LaunchSeconds is the time a kernel costs beyond its work: the launch
+// and the gap before the next on the stream. Fitted with the
+// efficiencies (the many tiny kernels of the profiles).
+const LaunchSeconds = 8e-6
+
+// CPUNodeSeconds is the host time of a node ONNX Runtime runs on the CPU
+// (shape arithmetic from Shape outputs), with its copy to the device:
+// measured 0.5 ms per 54 ReduceProd and per 54 Gather calls in the 0380ec6
+// profile.
+const CPUNodeSeconds = 10e-6
+
+// HostSecondsPerByte is the trainer's host time per step per byte of the
+// batch, outside ONNX Runtime's runs (filling and binding the batch, the
+// step's scalars, the loss read back): 21.9 ms for ResNet-50's batch of
+// 256 float32 224² images and labels in the 0380ec6 profile, the only
+// measurement, taken as proportional to the batch's bytes.
+const HostSecondsPerByte = 21.9e-3 / (256 * (3*224*224*4 + 8))
+
+// StepTime is a training step's predicted time on a GPU.
+type StepTime struct {
+	GPU   GPU   `json:"gpu"`
+	Batch int64 `json:"batch"`
+	// StepMS is KernelMS + HostMS: one batch through the training graph
+	// and one optimizer update (with accumulate_grad_batches k, the update
+	// runs once per k steps; OptimizerMS is its share once).
+	StepMS float64 `json:"step_ms"`
+	// KernelMS is the device's time: every kernel's work at its class's
+	// efficiency plus LaunchSeconds each; LaunchMS is the launches' part.
+	KernelMS    float64 `json:"kernel_ms"`
+	LaunchMS    float64 `json:"launch_ms"`
+	TrainingMS  float64 `json:"training_ms"`
+	OptimizerMS float64 `json:"optimizer_ms"`
+	// HostMS is the host's part: the trainer's per-step work and the
+	// nodes ONNX Runtime runs on the CPU.
+	HostMS float64 `json:"host_ms"`
+	// Kernels is the device kernels per step; CPUNodes the nodes on the
+	// host; Elided the nodes that launch nothing (views, folded constants,
+	// Casts ONNX Runtime removes, Transposes fused into MatMuls).
+	Kernels  int `json:"kernels"`
+	CPUNodes int `json:"cpu_nodes"`
+	Elided   int `json:"elided"`
+	// Ops is the predicted time by op type, the largest first.
+	Ops []OpTime `json:"ops"`
+}
+
+// OpTime is one op type's predicted share of a step.
+type OpTime struct {
+	Op    string  `json:"op"`
+	Calls int     `json:"calls"`
+	MS    float64 `json:"ms"`
+	GFLOP float64 `json:"gflop"`
+	GB    float64 `json:"gb"`
+}
+
+// StepOptions say how the step runs.
+type StepOptions struct {
+	// TF32 runs float32 matrix products on TF32 tensor cores
+	// (runtime.use_tf32, on by default).
+	TF32 bool
+	// HostBytes is the batch's bytes per step on the host; 0 takes the
+	// training graph's data inputs at the batch.
+	HostBytes int64
+
+	low  dtype.DType     // the artifacts' low precision; 0 for float32
+	data map[string]bool // the training graph's data inputs
+}
+
+// PredictArtifacts predicts the step of the artifacts in dir at batch on
+// gpu: the training graph at the batch and the optimizer graph, costed
+// node by node as ONNX Runtime's CUDA provider would run them.
+func PredictArtifacts(dir string, batch int64, gpu GPU, o StepOptions) (*StepTime, error) {
+	m, err := artifacts.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	g, err := graph.Load(filepath.Join(dir, artifacts.TrainingFile))
+	if err != nil {
+		return nil, err
+	}
+	dims := map[string]int64{"": batch}
+	for _, d := range m.Data {
+		if len(d.Symbolic) > 0 && d.Symbolic[0] != "" {
+			dims[d.Symbolic[0]] = batch
+		}
+	}
+	train, err := memplan.Concrete(g, dims)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v (only the batch dimension may be symbolic)", dir, err)
+	}
+	opt, err := graph.Load(filepath.Join(dir, artifacts.OptimizerFile))
+	if err != nil {
+		return nil, err
+	}
+	o.data = map[string]bool{}
+	for _, d := range m.Data {
+		o.data[d.Name] = true
+		if o.HostBytes == 0 {
+			o.HostBytes += valueBytes(train, d.Name)
+		}
+	}
+	switch m.Precision.Compute {
+	case "float16":
+		o.low = dtype.Float16
+	case "bfloat16":
+		o.low = dtype.BFloat16
+	}
+	st := Predict(train, opt, gpu, o)
+	st.Batch = batch
+	return st, nil
+}
+
+// Predict costs one run of train (concrete shapes) and one of opt on gpu.
+func Predict(train, opt *graph.Graph, gpu GPU, o StepOptions) *StepTime {
+	st := &StepTime{GPU: gpu}
+	ops := map[string]*OpTime{}
+	for i, g := range []*graph.Graph{train, opt} {
+		if g == nil {
+			continue
+		}
+		var sum float64
+		for _, c := range costGraph(g, gpu, o) {
+			switch c.where {
+			case onCPU:
+				st.CPUNodes++
+				st.HostMS += CPUNodeSeconds * 1e3
+				continue
+			case elided:
+				st.Elided++
+				continue
+			}
+			st.Kernels++
+			sum += c.seconds * 1e3
+			st.LaunchMS += LaunchSeconds * 1e3
+			op := ops[c.op]
+			if op == nil {
+				op = &OpTime{Op: c.op}
+				ops[c.op] = op
+			}
+			op.Calls++
+			op.MS += c.seconds * 1e3
+			op.GFLOP += c.flops / 1e9
+			op.GB += c.bytes / 1e9
+		}
+		if i == 0 {
+			st.TrainingMS = sum
+		} else {
+			st.OptimizerMS = sum
+		}
+	}
+	st.KernelMS = st.TrainingMS + st.OptimizerMS
+	st.HostMS += float64(o.HostBytes) * HostSecondsPerByte * 1e3
+	st.StepMS = st.KernelMS + st.HostMS
+	for _, op := range ops {
+		st.Ops = append(st.Ops, *op)
+	}
+	sort.Slice(st.Ops, func(i, j int) bool {
+		if st.Ops[i].MS != st.Ops[j].MS {
+			return st.Ops[i].MS > st.Ops[j].MS
+		}
+		return st.Ops[i].Op < st.Ops[j].Op
+	})
+	return st
+}
+
+type placement int
+
+const (
+	onGPU placement = iota
+	onCPU
+	elided
+)
+
+// nodeCost is one node's predicted cost.
+type nodeCost struct {
+	op           string
+	where        placement
+	flops, bytes float64
+	seconds      float64 // work at the class's efficiency + LaunchSeconds
+}
+
+// views share their input's buffer: ONNX Runtime launches nothing.
+var views = map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true}
+
+// shapeOps make or take shape vectors; ONNX Runtime's CUDA provider
+// leaves them (and arithmetic on their outputs) on the CPU.
+var shapeOps = map[string]bool{"Shape": true, "Size": true}
+
+// costGraph costs g's nodes as ONNX Runtime's CUDA provider runs them
+// after its graph optimizations (ORT_ENABLE_ALL): nodes of constants only
+// are folded; nodes computing from Shape outputs and constants run on the
+// CPU; views launch nothing; a Cast to its input's type is removed
+// (CastElimination); emulated mixed precision is priced as the device's
+// low-precision kernels run it (roundingPairs); a Transpose of the last two axes read only by a MatMul is fused into it
+// (FusedMatMul).
+func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
+	consumers := g.Consumers()
+	constant := map[string]bool{} // known before the run: folded
+	shapeLike := map[string]bool{}
+	for name := range g.Initializers {
+		constant[name] = true
+	}
+	lowVal, removedCasts := lowTyping(g, o.data, o.low)
+	fused := fusedTranspose(g, consumers)
+	var out []nodeCost
+	for _, n := range g.Nodes {
+		c := nodeCost{op: n.Op}
+		allConst, fromShape := true, false
+		for _, in := range n.Inputs {
+			if in == "" {
+				continue
+			}
+			if !constant[in] && !shapeLike[in] {
+				allConst = false
+			}
+			fromShape = fromShape || shapeLike[in]
+		}
+		switch {
+		case n.Op == "Constant" || (allConst && !fromShape && len(n.Inputs) > 0):
+			for _, v := range n.Outputs {
+				constant[v] = true
+			}
+			c.where = elided
+		case shapeOps[n.Op] || (allConst && fromShape):
+			for _, v := range n.Outputs {
+				shapeLike[v] = true
+			}
+			c.where = onCPU
+			if shapeOps[n.Op] {
+				c.where = elided // reads only the input's dimensions
+			}
+		case views[n.Op] || removedCasts[n] || fused[n] || n.Op == "Cast" && g.Info(n.Input(0)).DType == dtype.DType(n.Int("to", 0)):
+			c.where = elided
+		default:
+			c.flops, c.bytes = work(g, n, lowVal, o.low)
+			cl := classOf(g, n)
+			e := efficiencies[cl]
+			rate := gpu.FP32
+			if cl == classConv || cl == classConvT || cl == classConvWgrad || cl == classGEMM {
+				rate = productRate(g, n, gpu, o, lowVal)
+			}
+			c.seconds = max(c.flops/(rate*e.compute), c.bytes/(gpu.Bandwidth*e.memory)) + LaunchSeconds
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// lowTyping replays precision.Autocast's typing with every low-precision
+// kernel present, over a graph built where they were emulated (every
+// ortrain build on a CPU): low[v] when the device would hold v in the low
+// type. A product reads and writes the low type; a Follow op whose float
+// activations are all low (or float32 copies of low values) runs low; a
+// Cast to float32 of a low value is a kernel only where a float32 op reads
+// it; a Cast to the low type of a low value is none. Graphs built with the
+// kernels have their types already and pass through unchanged.
+func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal map[string]bool, elide map[*graph.Node]bool) {
+	lowVal, elide = map[string]bool{}, map[*graph.Node]bool{}
+	if low == 0 {
+		return lowVal, elide
+	}
+	consumers := g.Consumers()
+	activation := map[string]bool{}
+	for v := range data {
+		activation[v] = true
+	}
+	up := map[string]bool{} // float32 copies of low values
+	for _, n := range g.Nodes {
+		act := false
+		for _, in := range n.Inputs {
+			act = act || activation[in]
+		}
+		for _, o := range n.Outputs {
+			activation[o] = act
+		}
+		switch {
+		case n.Op == "Cast":
+			to, from := dtype.DType(n.Int("to", 0)), n.Input(0)
+			isLow := lowVal[from] || g.Info(from).DType == low
+			switch {
+			case to == low && isLow:
+				elide[n] = true
+				lowVal[n.Outputs[0]] = true
+			case to == low:
+				lowVal[n.Outputs[0]] = true
+			case to == dtype.Float32 && isLow:
+				lowVal[n.Outputs[0]], up[n.Outputs[0]] = true, true
+				needed := false
+				for _, r := range consumers[n.Outputs[0]] {
+					needed = needed || precision.ClassOf(r) == precision.FP32
+				}
+				elide[n] = !needed
+			}
+		case precision.ClassOf(n) == precision.Low:
+			for _, o := range n.Outputs {
+				lowVal[o] = g.Info(o).Float()
+			}
+		case precision.ClassOf(n) == precision.Follow:
+			sawLow, sawFull := false, false
+			for _, in := range n.Inputs {
+				if in == "" || !activation[in] || !g.Info(in).Float() {
+					continue
+				}
+				if lowVal[in] {
+					sawLow = true
+				} else {
+					sawFull = true
+				}
+			}
+			for _, o := range n.Outputs {
+				lowVal[o] = sawLow && !sawFull && g.Info(o).Float()
+			}
+		}
+	}
+	return lowVal, elide
+}
+
+// fusedTranspose finds Transposes of the last two axes read by one MatMul
+// alone, which ONNX Runtime folds into a FusedMatMul.
+func fusedTranspose(g *graph.Graph, consumers map[string][]*graph.Node) map[*graph.Node]bool {
+	fused := map[*graph.Node]bool{}
+	for _, n := range g.Nodes {
+		if n.Op != "Transpose" || len(n.Outputs) == 0 {
+			continue
+		}
+		rs := consumers[n.Outputs[0]]
+		perm := n.Ints("perm")
+		if len(rs) != 1 || rs[0].Op != "MatMul" || len(perm) < 2 {
+			continue
+		}
+		swap := true
+		r := len(perm)
+		for i, p := range perm {
+			want := int64(i)
+			if i == r-2 {
+				want = int64(r - 1)
+			} else if i == r-1 {
+				want = int64(r - 2)
+			}
+			swap = swap && p == want
+		}
+		fused[n] = swap
+	}
+	return fused
+}
+
+// classOf is n's efficiency class.
+func classOf(g *graph.Graph, n *graph.Node) string {
+	switch n.Op {
+	case "Conv", "ConvTranspose":
+		// A weight gradient written as a Conv (batch and channel axes
+		// swapped) has the output gradient's map as its window, which no
+		// layer's kernel is as large as; cuDNN runs it far below a
+		// forward convolution's rate.
+		if w := g.Info(n.Input(1)); n.Op == "Conv" && w.Static() && len(w.Shape) > 2 && dtype.Numel(w.Shape[2:]) > 121 {
+			return classConvWgrad
+		}
+		if n.Op == "ConvTranspose" {
+			return classConvT
+		}
+		return classConv
+	case "MatMul", "Gemm", "Einsum":
+		return classGEMM
+	case "Cast":
+		return classCast
+	case "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceLogSum":
+		if fastReduce(g, n) {
+			return classReduce
+		}
+		return classReduceDNN
+	case "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ArgMax", "ArgMin":
+		return classReduceDNN
+	case "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization":
+		return classNorm
+	case "Transpose":
+		return classTranspose
+	case "Slice", "Concat", "Pad", "Identity", "Expand", "Gather", "GatherElements", "GatherND", "Split", "Tile", "Resize",
+		"DepthToSpace", "SpaceToDepth", "Trilu", "ConstantOfShape":
+		return classCopy
+	case "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool":
+		return classPool
+	case "ScatterElements", "ScatterND":
+		return classScatter
+	case "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss":
+		return classSoftmax
+	}
+	return classElem
+}
+
+// fastReduce reports whether ONNX Runtime's CUDA provider runs a
+// ReduceSum/Mean/SumSquare/LogSum with its own kernel: the reduced axes
+// one contiguous run touching the first or the last axis (or all axes);
+// any other reduction goes to cuDNN.
+func fastReduce(g *graph.Graph, n *graph.Node) bool {
+	axes, ok := g.ReduceAxes(n)
+	rank := len(g.Info(n.Input(0)).Shape)
+	if !ok || len(axes) == 0 || rank == 0 {
+		return ok
+	}
+	for i := 1; i < len(axes); i++ {
+		if axes[i] != axes[i-1]+1 {
+			return false
+		}
+	}
+	return axes[0] == 0 || axes[len(axes)-1] == int64(rank-1)
+}
+
+// productRate is the peak FLOP/s a matrix product runs at: tensor cores
+// in float16/bfloat16, TF32 for float32 with use_tf32, else float32.
+func productRate(g *graph.Graph, n *graph.Node, gpu GPU, o StepOptions, lowVal map[string]bool) float64 {
+	if lowVal[n.Input(0)] {
+		return gpu.Tensor16
+	}
+	switch g.Info(n.Input(0)).DType {
+	case dtype.Float16, dtype.BFloat16:
+		return gpu.Tensor16
+	case dtype.Float32:
+		if o.TF32 {
+			return gpu.TF32
+		}
+	}
+	return gpu.FP32
+}
+
+// valueBytes is v's size in g, 0 when unknown.
+func valueBytes(g *graph.Graph, v string) int64 {
+	info := g.Info(v)
+	if v == "" || !info.Static() {
+		return 0
+	}
+	return dtype.Numel(info.Shape) * int64(info.DType.Size())
+}
+
+// deviceBytes is v's size as the device holds it: in the low type where
+// lowTyping says so.
+func deviceBytes(g *graph.Graph, v string, lowVal map[string]bool, low dtype.DType) int64 {
+	if lowVal[v] && low != 0 {
+		return valueBytes(g, v) / int64(g.Info(v).DType.Size()) * int64(low.Size())
+	}
+	return valueBytes(g, v)
+}
+
+// work is n's FLOPs and the bytes it moves: every input read once and
+// every output written once, in the types the device holds them in.
+func work(g *graph.Graph, n *graph.Node, lowVal map[string]bool, low dtype.DType) (flops, bytes float64) {
+	for _, in := range n.Inputs {
+		bytes += float64(deviceBytes(g, in, lowVal, low))
+	}
+	var outElems float64
+	for _, v := range n.Outputs {
+		bytes += float64(deviceBytes(g, v, lowVal, low))
+		if info := g.Info(v); info.Static() {
+			outElems += float64(dtype.Numel(info.Shape))
+		}
+	}
+	x := g.Info(n.Input(0))
+	switch n.Op {
+	case "Conv", "ConvTranspose":
+		w := g.Info(n.Input(1))
+		if !w.Static() || len(w.Shape) < 3 {
+			return outElems, bytes
+		}
+		// 2 × per output element × input channels per group × window:
+		// Conv's W is [M, C/group, k...], ConvTranspose's [C, M/group, k...]
+		// and its input is the smaller map, so count per input element.
+		window := float64(dtype.Numel(w.Shape[2:]))
+		if n.Op == "Conv" {
+			return 2 * outElems * float64(w.Shape[1]) * window, bytes
+		}
+		if x.Static() {
+			return 2 * float64(dtype.Numel(x.Shape)) * float64(w.Shape[1]) * window, bytes
+		}
+	case "MatMul", "Gemm":
+		// 2 × output elements × the contracted size.
+		if x.Static() && len(x.Shape) > 0 {
+			k := x.Shape[len(x.Shape)-1]
+			if n.Op == "Gemm" && n.Int("transA", 0) == 1 && len(x.Shape) == 2 {
+				k = x.Shape[0]
+			}
+			return 2 * outElems * float64(k), bytes
+		}
+	case "Einsum":
+		return 2 * outElems, bytes
+	}
+	if x.Static() {
+		return max(outElems, float64(dtype.Numel(x.Shape))), bytes
+	}
+	return outElems, bytes
+}
+
+// WriteText prints the prediction as plan's rows.
+func (st *StepTime) WriteText(w io.Writer, top int) {
+	fmt.Fprintf(w, "step time    %.1f ms per step on an %s at batch %d (predicted: %d kernels, %.1f ms of them, %.1f ms of it launches; host %.1f ms, %d nodes on the CPU; training graph %.1f ms, optimizer %.1f ms)\n",
+		st.StepMS, st.GPU.Title, st.Batch, st.Kernels, st.KernelMS, st.LaunchMS, st.HostMS, st.CPUNodes, st.TrainingMS, st.OptimizerMS)
+	var parts []string
+	for _, op := range st.Ops[:min(top, len(st.Ops))] {
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%d)", op.Op, op.MS, op.Calls))
+	}
+	fmt.Fprintf(w, "  by op      %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on ResNet-50 profiles on an H200) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
+		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
+}

@@ -1,0 +1,228 @@
+package plan
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/setup"
+)
+
+// profile is a measured per-op table (testdata/profile-*.tsv), per step.
+type profile struct {
+	ms, calls map[string]float64
+	total     float64
+}
+
+func readProfile(t *testing.T, path string) profile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := profile{ms: map[string]float64{}, calls: map[string]float64{}}
+	runs := 1.0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if r, ok := strings.CutPrefix(line, "# runs\t"); ok {
+			if runs, err = strconv.ParseFloat(r, 64); err != nil {
+				t.Fatalf("%s: runs %q", path, r)
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		fs := strings.Split(line, "\t")
+		if len(fs) != 3 {
+			t.Fatalf("%s: %q: want op, ms, calls", path, line)
+		}
+		ms, err1 := strconv.ParseFloat(fs[1], 64)
+		calls, err2 := strconv.ParseFloat(fs[2], 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %q: bad number", path, line)
+		}
+		p.ms[fs[0]], p.calls[fs[0]] = ms/runs, calls/runs
+		p.total += ms / runs
+	}
+	return p
+}
+
+var (
+	resnetOnce sync.Map // conv form → *resnetBuild
+)
+
+type resnetBuild struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// resnet50 builds the artifacts of resnet50-a10g-balanced (fp16 mixed, SGD
+// momentum 0.9) once per test binary, with convolution gradients in the
+// CPU's form (offsets, as ortrain 0380ec6 wrote them on every device) or
+// the CUDA one (ops). The mixed precision is emulated, as it was in both
+// profiled runs (their Cast counts are those of the emulated graphs once
+// ONNX Runtime removes the rounding pairs).
+func resnet50(t *testing.T, cuda bool) string {
+	t.Helper()
+	v, _ := resnetOnce.LoadOrStore(cuda, &resnetBuild{})
+	b := v.(*resnetBuild)
+	b.once.Do(func() {
+		c, _ := preset(t, "resnet50-a10g-balanced")
+		dir, err := os.MkdirTemp("", "ortrain-steptime-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		session := ort.Options{}
+		if cuda {
+			session.Device = ort.CUDADevice(0)
+			if !ort.Initialised() {
+				if b.err = ort.Init(ortLib()); b.err != nil {
+					return
+				}
+			}
+		}
+		b.dir, _, b.err = setup.Artifacts(c, dir, session)
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.dir
+}
+
+// ortLib finds ONNX Runtime as the commands do: $ORTRAIN_ORT_LIB, else the
+// project's cache.
+func ortLib() string {
+	if p := os.Getenv(ort.LibraryEnv); p != "" {
+		return p
+	}
+	return filepath.Join("..", "..", ".cache", "ort", "1.30.0", "libonnxruntime.so.1")
+}
+
+// TestStepTimeCalibration predicts the two profiled ResNet-50 steps on an
+// H200 and compares them with the measured kernel time (testdata): within
+// 15% in all, the per-op comparison logged.
+func TestStepTimeCalibration(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cuda    bool
+		profile string
+	}{
+		{"0380ec6 graph (offsets)", false, "testdata/profile-0380ec6.tsv"},
+		{"f87388c graph (ops)", true, "testdata/profile-f87388c.tsv"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := resnet50(t, tc.cuda)
+			st, err := PredictArtifacts(dir, 256, GPUs["h200"], StepOptions{TF32: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := readProfile(t, tc.profile)
+			var b strings.Builder
+			fmt.Fprintf(&b, "%-20s %9s %7s %9s %7s\n", "op", "pred ms", "calls", "meas ms", "calls")
+			named := 0.0
+			var ops []string
+			for _, o := range st.Ops {
+				ops = append(ops, o.Op)
+			}
+			for op := range p.ms {
+				if !contains(ops, op) && op != "rest" {
+					ops = append(ops, op)
+				}
+			}
+			pred := map[string]OpTime{}
+			for _, o := range st.Ops {
+				pred[o.Op] = o
+			}
+			sort.SliceStable(ops, func(i, j int) bool { return pred[ops[i]].MS > pred[ops[j]].MS })
+			for _, op := range ops {
+				if _, ok := p.ms[op]; ok {
+					named += pred[op].MS
+					fmt.Fprintf(&b, "%-20s %9.1f %7d %9.1f %7.0f\n", op, pred[op].MS, pred[op].Calls, p.ms[op], p.calls[op])
+				} else {
+					fmt.Fprintf(&b, "%-20s %9.1f %7d %9s\n", op, pred[op].MS, pred[op].Calls, "(rest)")
+				}
+			}
+			fmt.Fprintf(&b, "%-20s %9.1f %7s %9.1f\n", "rest", st.KernelMS-named, "", p.ms["rest"])
+			fmt.Fprintf(&b, "%-20s %9.1f %7d %9.1f\n", "kernel time", st.KernelMS, st.Kernels, p.total)
+			t.Logf("%s on an H200, batch 256:\n%s", tc.name, b.String())
+			if e := st.KernelMS/p.total - 1; math.Abs(e) > 0.15 {
+				t.Errorf("predicted %.1f ms of kernel time per step, measured %.1f: %+.0f%%, over 15%%", st.KernelMS, p.total, 100*e)
+			}
+		})
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStepTimeDeterministic predicts the same step twice and gets the same
+// figures, op order included.
+func TestStepTimeDeterministic(t *testing.T) {
+	dir := resnet50(t, false)
+	a, err := PredictArtifacts(dir, 64, GPUs["a10g"], StepOptions{TF32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := PredictArtifacts(dir, 64, GPUs["a10g"], StepOptions{TF32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("two predictions differ:\n%+v\n%+v", a, b)
+	}
+	var ta, tb bytes.Buffer
+	a.WriteText(&ta, 5)
+	b.WriteText(&tb, 5)
+	if ta.String() != tb.String() {
+		t.Errorf("texts differ:\n%s\n%s", ta.String(), tb.String())
+	}
+	// A slower card takes longer; a larger batch too.
+	h, err := PredictArtifacts(dir, 64, GPUs["h200"], StepOptions{TF32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := PredictArtifacts(dir, 128, GPUs["a10g"], StepOptions{TF32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(h.StepMS < a.StepMS && a.StepMS < big.StepMS) || a.Kernels != big.Kernels {
+		t.Errorf("H200 %.1f ms, A10G %.1f ms at 64 and %.1f ms at 128 (kernels %d, %d)", h.StepMS, a.StepMS, big.StepMS, a.Kernels, big.Kernels)
+	}
+}
+
+// TestLookupGPU takes any case, refuses an unknown name naming the known
+// ones, and defaults from a configuration's name.
+func TestLookupGPU(t *testing.T) {
+	if g, err := LookupGPU("H100"); err != nil || g.Name != "h100" {
+		t.Errorf("H100: %v %v", g, err)
+	}
+	if _, err := LookupGPU("v100"); err == nil || !strings.Contains(err.Error(), "a10g, h100, h200") {
+		t.Errorf("v100: %v", err)
+	}
+	for name, want := range map[string]string{"resnet50-a10g-balanced": "a10g", "vqgan3d-h200": "h200", "mine": "h200"} {
+		if g := DefaultGPU(name); g.Name != want {
+			t.Errorf("%s: %s, want %s", name, g.Name, want)
+		}
+	}
+}
