@@ -84,6 +84,18 @@ func (e *engine) initWeights(path string, strict bool) (string, error) {
 		}
 		return "", bad("%s", msg)
 	}
+	// Checked like the data's volumes: a NaN weight would make every
+	// step's loss NaN, each step skipped and each checkpoint NaN.
+	for _, name := range loaded {
+		nan, inf, err := f.NonFinite(name)
+		if err != nil {
+			return "", err
+		}
+		if nan+inf > 0 {
+			info, _ := f.Info(name)
+			return "", bad("%s: tensor %q (%v%v) holds %d NaN and %d infinite values: training from it would skip every step; give weights that are all finite (from a diverged run, an earlier checkpoint)", path, name, info.DType, info.Shape, nan, inf)
+		}
+	}
 	for _, name := range loaded {
 		i := slices.IndexFunc(targets, func(t target) bool { return t.name == name })
 		if err := e.readInto(f, name, targets[i].v); err != nil {

@@ -1,11 +1,17 @@
 package trainer
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/safetensors"
@@ -94,5 +100,37 @@ func TestInitWeights(t *testing.T) {
 	c := testConfig(t, art, "trainer.max_steps=41", `model.init_weights="`+pre+`"`)
 	if _, err := run(t, c, trainedDir, ck, &recorder{}); err != nil {
 		t.Errorf("resume with init_weights set: %v", err)
+	}
+}
+
+// TestInitWeightsNonFinite: model.init_weights holding a NaN or an
+// infinite weight is refused before the run starts, naming the file and
+// the tensor (it was loaded, and every step then skipped).
+func TestInitWeightsNonFinite(t *testing.T) {
+	art := mlpArtifacts(t)
+	ts, _, err := safetensors.Read(filepath.Join(art, artifacts.WeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		w := slices.Clone(ts)
+		i := slices.IndexFunc(w, func(x safetensors.Tensor) bool { return x.DType == dtype.Float32 && len(x.Data) >= 8 })
+		w[i].Data = slices.Clone(w[i].Data)
+		binary.LittleEndian.PutUint32(w[i].Data[4:], math.Float32bits(bad))
+		path := filepath.Join(dir, fmt.Sprintf("%v.safetensors", bad))
+		if err := safetensors.Write(path, w, nil); err != nil {
+			t.Fatal(err)
+		}
+		c := testConfig(t, art, `model.init_weights="`+path+`"`)
+		opts, _ := c.SessionOptions(false)
+		tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: newBlobs(96, 1)})
+		if err == nil {
+			tr.Close()
+		}
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Key != "model.init_weights" || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), fmt.Sprintf("%q", w[i].Name)) {
+			t.Errorf("a %v in %s: %v, want a model.init_weights refusal naming the file and the tensor", bad, w[i].Name, err)
+		}
 	}
 }
