@@ -20,7 +20,7 @@ func TestNonFinite(t *testing.T) {
 	f64 := make([]byte, 8*4)
 	binary.LittleEndian.PutUint64(f64[8:], math.Float64bits(math.Inf(1)))
 	f16 := []byte{0x00, 0x7c, 0x01, 0x7e, 0xff, 0x7b, 0x00, 0xfc} // +Inf, NaN, 65504, -Inf
-	bf16 := []byte{0x80, 0x7f, 0xc1, 0xff, 0x7f, 0x7f}           // +Inf, NaN, max finite
+	bf16 := []byte{0x80, 0x7f, 0xc1, 0xff, 0x7f, 0x7f}            // +Inf, NaN, max finite
 	i32 := []byte{0x00, 0x00, 0x80, 0x7f}                         // the bits of +Inf, as an integer
 	path := filepath.Join(t.TempDir(), "w.safetensors")
 	if err := Write(path, []Tensor{
