@@ -104,6 +104,16 @@ func Build(opts Options) (*Manifest, error) {
 	} else {
 		g = g.Clone()
 	}
+	model := modelName(opts)
+	// What no training graph can be derived from is refused here, naming
+	// the file, before a loss or gradient rule trips over it with a
+	// message about something else.
+	if len(g.Inputs) == 0 {
+		return nil, &Error{fmt.Sprintf("%s has no inputs: ortrain feeds each batch to the model's graph inputs, and this graph computes from its initializers alone (was the example input exported as a constant?)", model)}
+	}
+	if n := g.UnknownOp(); n != nil {
+		return nil, &Error{fmt.Sprintf("%s: %s: %q is not an ONNX operator (no opset of ai.onnx has it), which ONNX Runtime cannot run: export it as ONNX ops, or give a custom op its domain", model, n.Describe(), n.Op)}
+	}
 	g.Opset = max(g.Opset, graph.EmitOpset)
 	if err := fixShapes(g, opts.InputShapes); err != nil {
 		return nil, err
@@ -112,7 +122,6 @@ func Build(opts Options) (*Manifest, error) {
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
 		return nil, err
 	}
-	model := modelName(opts)
 	spec, err := lossSpec(g, opts, model)
 	if err != nil {
 		return nil, err

@@ -311,7 +311,8 @@ func (g *Graph) Consumers() map[string][]*Node {
 }
 
 // Sort orders the nodes topologically, keeping the existing order where it
-// already is one, and fails on a cycle or a value nothing produces.
+// already is one, and fails on a cycle or a value nothing produces (a
+// *SortError naming the nodes).
 func (g *Graph) Sort() error {
 	avail := map[string]bool{"": true}
 	for _, in := range g.Inputs {
@@ -346,15 +347,7 @@ func (g *Graph) Sort() error {
 			}
 		}
 		if !progress {
-			for i, n := range g.Nodes {
-				if !done[i] {
-					for _, in := range n.Inputs {
-						if !avail[in] {
-							return fmt.Errorf("graph: %s reads %q, which no node, input or initializer provides (or a cycle)", n.Describe(), in)
-						}
-					}
-				}
-			}
+			return stuck(g.Nodes, done, avail)
 		}
 	}
 	g.Nodes = out

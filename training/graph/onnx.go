@@ -94,7 +94,7 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 		if len(np.GetAttribute()) > 0 {
 			for _, a := range np.GetAttribute() {
 				if a.GetG() != nil || len(a.GetGraphs()) > 0 {
-					return nil, fmt.Errorf("graph: %s node %q has a subgraph (If/Loop/Scan); ortrain does not train through control flow", np.GetOpType(), np.GetName())
+					return nil, &ModelError{Msg: fmt.Sprintf("%s node %q holds a subgraph (attribute %s): ortrain does not train through control flow (If, Loop, Scan); export the model with the branch taken or the loop unrolled", np.GetOpType(), np.GetName(), a.GetName())}
 				}
 			}
 		}
@@ -111,7 +111,7 @@ func FromModel(m *onnxpb.ModelProto) (*Graph, error) {
 			}
 		}
 	}
-	return g, g.Sort()
+	return g, fromFile(g.Sort())
 }
 
 func infoOf(vi *onnxpb.ValueInfoProto) (Info, []string) {
