@@ -243,6 +243,19 @@ func New(o Options) (t *Trainer, err error) {
 // the current step and ends normally, so the final checkpoint is written.
 func (t *Trainer) Run(ctx context.Context) (err error) {
 	s := &t.state
+	// No step since the start (a fresh run's step 0, or a resume's
+	// checkpoint step) means nothing new to save: the checkpointer writes
+	// none, and the stop reason must not claim one.
+	start := s.Step
+	written := func() string {
+		if s.Step > start {
+			return "checkpoint written"
+		}
+		if start == 0 {
+			return "no checkpoint written: no step was taken"
+		}
+		return fmt.Sprintf("no new checkpoint: no step was taken since the resumed step %d", start)
+	}
 	if err = t.callbacks.OnTrainStart(s); err == nil {
 		for !s.ShouldStop {
 			if s.Step >= s.MaxSteps {
@@ -270,7 +283,7 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 				}
 			}
 			if stop {
-				s.StopReason = "interrupted; checkpoint written"
+				s.StopReason = "interrupted; " + written()
 				break
 			}
 			var r callback.StepResult
@@ -294,7 +307,7 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 	var de *DataError
 	if errors.As(err, &de) {
 		t.cursor = de.cursor
-		s.StopReason = fmt.Sprintf("stopped on bad %s data; checkpoint written", de.what())
+		s.StopReason = fmt.Sprintf("stopped on bad %s data; %s", de.what(), written())
 	}
 	s.Failed = err != nil && de == nil
 	end := t.callbacks.OnTrainEnd(s)

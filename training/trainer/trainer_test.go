@@ -859,9 +859,31 @@ func TestBadTrainingData(t *testing.T) {
 	if st.Step != 2 {
 		t.Errorf("checkpoint at step %d, want 2 (the steps done)", st.Step)
 	}
+	if rec.stopReason != "stopped on bad training data; checkpoint written" {
+		t.Errorf("stop reason %q", rec.stopReason)
+	}
 	var cur data.Cursor
 	if err := json.Unmarshal(st.Loader, &cur); err != nil || cur.Position != 4 {
 		t.Errorf("checkpoint's data position %+v (%v), want batch 4: step 3 begins there", cur, err)
+	}
+}
+
+// TestBadDataAtTheFirstStep: bad data in the first step stops the run
+// with no step done, so nothing is saved, and the stop reason says so
+// (it said "checkpoint written" over an empty checkpoints folder).
+func TestBadDataAtTheFirstStep(t *testing.T) {
+	c := testConfig(t, mlpArtifacts(t), "trainer.checkpoint_every_n_steps=0", "data.shuffle=false", "data.num_workers=1")
+	rec := &recorder{}
+	dir, err := run(t, c, "", "", rec, badSample{newBlobs(96, 1), 3})
+	var de *DataError
+	if !errors.As(err, &de) {
+		t.Fatalf("err = %v, want a DataError", err)
+	}
+	if ck, err := checkpoint.Latest(filepath.Join(dir, "checkpoints")); err == nil {
+		t.Errorf("a checkpoint %s of no step", ck)
+	}
+	if want := "stopped on bad training data; no checkpoint written: no step was taken"; rec.stopReason != want {
+		t.Errorf("stop reason %q, want %q", rec.stopReason, want)
 	}
 }
 
