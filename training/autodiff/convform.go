@@ -29,16 +29,13 @@ const (
 // ConvForms lists the accepted forms.
 var ConvForms = []ConvForm{ConvFormOps, ConvFormOffsets}
 
-// ConvFormFor is the form measured faster on a provider. On ONNX Runtime's
-// CPU provider (a ResNet-50 step, batch 8, 224², float32, two cores) the
-// offsets form takes 21 s and the ops form 37 s, whose ConvTranspose and
-// whole-map Conv kernels run slowly there; on CUDA the ops form runs
-// cuDNN's backward-data and one convolution per weight gradient instead of
-// hundreds of small GEMMs, Slices and Transposes.
+// ConvFormFor is the form measured faster on a provider: the offsets form
+// on both. On ONNX Runtime's CPU provider (a ResNet-50 step, batch 8, 224²,
+// float32, two cores) it takes 21 s and the ops form 37 s; on an H200
+// (batch 256, 16-mixed, 2026-11-26) 677 ms and the ops form 867 ms, whose
+// whole-map weight-gradient Convs cuDNN runs slowly. The ops form stays
+// for graphs that want the fewest nodes (--conv-grad ops).
 func ConvFormFor(cuda bool) ConvForm {
-	if cuda {
-		return ConvFormOps
-	}
 	return ConvFormOffsets
 }
 
