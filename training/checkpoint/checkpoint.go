@@ -80,6 +80,10 @@ type State struct {
 	// ConfigHash is config.Config.Hash of the run; Config its resolved TOML.
 	ConfigHash string `json:"config_hash,omitempty"`
 	Config     string `json:"config,omitempty"`
+	// ModelHash is graph.StructureHash of the run's model.onnx when it
+	// began (empty for recipes and prebuilt artifacts): the configuration
+	// names the file by path only, so a resume compares the graph itself.
+	ModelHash string `json:"model_hash,omitempty"`
 	// Version is the ortrain version that wrote the checkpoint.
 	Version string    `json:"version,omitempty"`
 	Time    time.Time `json:"time"`

@@ -2,8 +2,11 @@ package trainer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/training/checkpoint"
 	"github.com/ortrain/ortrain/training/config"
+	"github.com/ortrain/ortrain/training/graph"
 )
 
 // classChanges says how the class folders now differ from those a
@@ -63,6 +67,10 @@ func (t *Trainer) restore(dir string, log io.Writer) (map[string]json.RawMessage
 	if err != nil {
 		return nil, err
 	}
+	if err := sameModel(t.cfg, dir, st.ModelHash); err != nil {
+		return nil, err
+	}
+	t.modelHash = st.ModelHash
 	// A class folder added or renamed since shifts the labels after it:
 	// the weights would go on learning the old classes under new numbers.
 	if len(st.Classes) > 0 && t.classes != nil && !slices.Equal(st.Classes, t.classes) {
@@ -140,8 +148,34 @@ func CheckResume(c *config.Config, dir string) error {
 	if m := c.Trainer.MaxSteps; m > 0 && st.Step >= m {
 		return &config.Error{Key: "trainer.max_steps", Msg: fmt.Sprintf("%d: the checkpoint %s is at step %d already, so nothing would train; raise trainer.max_steps to continue", m, dir, st.Step)}
 	}
-	_, err = resumable(c, dir, st.ConfigHash, st.Config)
-	return err
+	if _, err = resumable(c, dir, st.ConfigHash, st.Config); err != nil {
+		return err
+	}
+	return sameModel(c, dir, st.ModelHash)
+}
+
+// sameModel refuses a resume whose model.onnx is now another graph than
+// the one the checkpoint in dir recorded (hash, graph.StructureHash). The
+// configuration's hash leaves paths out, and a resume trains the run's
+// own artifacts: a changed file would be silently ignored. A model.onnx
+// that is gone is no change (a resume needs only the run directory), nor
+// is a checkpoint that recorded no hash (older ones, recipes).
+func sameModel(c *config.Config, dir, hash string) error {
+	path := c.Model.ONNX
+	if hash == "" || path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	now, err := graph.StructureHash(path)
+	if err != nil {
+		return &config.Error{Key: "model.onnx", Msg: fmt.Sprintf("the checkpoint %s trained another graph than %s, which cannot be read as one (%v); restore the model file the run began with, or leave model.onnx out: a resume trains the run's own artifacts", dir, path, err)}
+	}
+	if now != hash {
+		return &config.Error{Key: "model.onnx", Msg: fmt.Sprintf("%s has changed since the checkpoint %s: its graph (ops, inputs, weight names) hashes to %.12s, the run's to %.12s, and a resume would go on training the run's own artifacts, not this graph; restore the file the run began with, or start a new run from the checkpoint's weights (model.init_weights = %q)", path, dir, now, hash, dir)}
+	}
+	return nil
 }
 
 // resumable checks a checkpoint's configuration (hash and TOML, as its

@@ -37,6 +37,7 @@ import (
 	"github.com/ortrain/ortrain/training/collective"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data"
+	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/logging"
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/rundir"
@@ -109,6 +110,7 @@ type Trainer struct {
 	lastGood   string // newest checkpoint known whole
 	configHash string
 	configTOML string
+	modelHash  string   // checkpoint.State.ModelHash
 	classes    []string // the training set's class folders, when it has them
 }
 
@@ -215,6 +217,12 @@ func New(o Options) (t *Trainer, err error) {
 		return t, err
 	}
 	t.configTOML = string(toml)
+	if c.Model.ONNX != "" && o.Resume == "" {
+		// A resume keeps the hash its checkpoint recorded (restore).
+		if t.modelHash, err = graph.StructureHash(c.Model.ONNX); err != nil {
+			return t, err
+		}
+	}
 	if o.Session.Device.CUDA {
 		t.telemetry = telemetry.Start(o.Session.Device.ID, time.Second)
 	}
@@ -592,7 +600,7 @@ func (t *Trainer) Snapshot(*callback.State) (*checkpoint.State, []checkpoint.Ten
 		return nil, nil, err
 	}
 	st := &checkpoint.State{Loader: cur, Scheduler: sch, Callbacks: cbs, Monitor: t.cfg.Trainer.Monitor,
-		ConfigHash: t.configHash, Config: t.configTOML, Version: artifacts.Version, Classes: t.classes}
+		ConfigHash: t.configHash, Config: t.configTOML, ModelHash: t.modelHash, Version: artifacts.Version, Classes: t.classes}
 	if t.scaler != nil {
 		if st.LossScaler, err = json.Marshal(t.scaler); err != nil {
 			return nil, nil, err
