@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -11,8 +12,11 @@ import (
 	"github.com/ortrain/ortrain/eval"
 	"github.com/ortrain/ortrain/eval/report"
 	"github.com/ortrain/ortrain/eval/sliding"
+	"github.com/ortrain/ortrain/metrics"
+	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/checkpoint"
+	"github.com/ortrain/ortrain/training/logging"
 	"github.com/ortrain/ortrain/training/rundir"
 )
 
@@ -23,7 +27,7 @@ func quickstartCommand() *cli.Command {
 		UsageText: "ortrain quickstart [--set key=value]...",
 		Description: `Runs the embedded quickstart preset end to end: writes noisy 3D phantoms
 (and, with Debian's mricron-data installed, real T1 MRI at 2 mm) to
-outputs/quickstart-data, trains a ~63k-parameter VQ-GAN for 400 steps, then
+outputs/quickstart-data, trains a ~61k-parameter VQ-GAN for 400 steps, then
 reconstructs the validation volumes whole with the first and the last
 checkpoint and writes outputs/quickstart/version_N/report.html: loss curves,
 PSNR/SSIM, and slices of input, reconstruction and error for both.
@@ -94,10 +98,61 @@ func quickstart(c *cli.Context) error {
 		}
 	}
 	r.MetricOrder = []string{"PSNR", "SSIM", "MS-SSIM", "MAE"}
+	if t, line, err := codebookTable(run, models.CodebookSize(cfg.Model.Recipe, cfg.Model.Params)); err != nil {
+		return err
+	} else if len(t.Rows) > 0 {
+		r.Tables = append([]report.Table{t}, r.Tables...)
+		fmt.Fprintln(c.App.Writer, line)
+	}
 	out := filepath.Join(run, "report.html")
 	if err := report.Write(out, r, true); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "report: %s (%s in all)\n", out, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// codebookTable is the run's validation PSNR and SSIM beside the codebook's
+// usage and perplexity at each validation (of K codes), from its
+// metrics.csv, and a line saying the last: a VQ-GAN whose reconstructions
+// stall is first checked for a collapsed codebook (few codes in use, a
+// perplexity far below K).
+func codebookTable(run string, K int64) (report.Table, string, error) {
+	t := report.Table{Title: "Validation: reconstruction and codebook", Columns: []string{"step", "val/psnr (dB)", "val/ssim", "codebook usage", "perplexity"}}
+	series, err := logging.ReadCSV(filepath.Join(run, "metrics.csv"))
+	if err != nil {
+		return t, "", err
+	}
+	byName := map[string]map[float64]float64{}
+	for _, s := range series {
+		m := map[float64]float64{}
+		for i, step := range s.Step {
+			m[step] = s.Value[i]
+		}
+		byName[s.Name] = m
+	}
+	usage := byName[metrics.ValCodebookUsage]
+	var steps []float64
+	for step := range usage {
+		steps = append(steps, step)
+	}
+	slices.Sort(steps)
+	cell := func(name string, step float64, format string) string {
+		if v, ok := byName[name][step]; ok {
+			return fmt.Sprintf(format, v)
+		}
+		return "-"
+	}
+	of := ""
+	if K > 0 {
+		of = fmt.Sprintf(" of %d", K)
+	}
+	line := ""
+	for _, step := range steps {
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("%.0f", step), cell(metrics.ValPSNR, step, "%.2f"), cell(metrics.ValSSIM, step, "%.4f"),
+			cell(metrics.ValCodebookUsage, step, "%.3f"), cell(metrics.ValCodebookPerplexity, step, "%.1f") + of})
+		line = fmt.Sprintf("step %4d  codebook (validation): %.1f %% of the codes used, perplexity %s%s", int64(step), 100*usage[step],
+			cell(metrics.ValCodebookPerplexity, step, "%.1f"), of)
+	}
+	return t, line, nil
 }

@@ -38,7 +38,8 @@ from reference_step import write_safetensors  # noqa: E402
 import export_lpips  # noqa: E402
 
 DEFAULTS = dict(patch_size=[64, 64, 64], in_channels=1, channels=64, channel_mult=[1, 1, 2, 4], res_blocks=2,
-                z_channels=8, embed_dim=8, codebook_size=8192, beta=0.25, groups=32, l1_weight=1.0,
+                z_channels=8, embed_dim=8, codebook_size=8192, beta=0.25, groups=32,
+                codebook_decay=0.99, restart_thres=1.0, no_random_restart=False, l1_weight=1.0,
                 image_gan_weight=0.0, video_gan_weight=0.0, gan_feat_weight=0.0, discriminator_iter_start=0,
                 disc_channels=64, disc_layers=3, disc_norm="batch", disc_loss_type="hinge",
                 perceptual_weight=0.0, perceptual_model="")
@@ -301,8 +302,8 @@ class VQGAN3D(nn.Module):
         self.cfg, self.beta = cfg, cfg["beta"]
         self.encoder = Encoder(cfg)
         self.quant_conv = nn.Conv3d(cfg["z_channels"], cfg["embed_dim"], 1)
-        self.quantize = Quantizer(cfg["codebook_size"], cfg["embed_dim"], cfg.get("codebook_decay", 0.0),
-                                  cfg.get("restart_thres", 1.0), cfg.get("no_random_restart", False))
+        self.quantize = Quantizer(cfg["codebook_size"], cfg["embed_dim"], cfg["codebook_decay"],
+                                  cfg["restart_thres"], cfg["no_random_restart"])
         self.post_quant_conv = nn.Conv3d(cfg["embed_dim"], cfg["z_channels"], 1)
         self.decoder = Decoder(cfg)
 
