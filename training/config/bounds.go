@@ -23,6 +23,9 @@ const (
 	// runtime.inter_op_threads: ONNX Runtime starts its pools' threads
 	// when a session opens.
 	MaxThreads = 1024
+	// MaxEpochs bounds trainer.max_epochs, which the trainer multiplies by
+	// the steps of an epoch (below 2^32) into an int64.
+	MaxEpochs = 1<<31 - 1
 )
 
 // indexBytes is what the loader holds per sample of a batch buffer besides

@@ -132,6 +132,7 @@ func TestResolveErrors(t *testing.T) {
 		{"10^18 prefetch", []string{"data.prefetch=1000000000000000000"}, []string{"data.prefetch", "at most 1024"}},
 		{"10^18 accumulated batches", []string{"trainer.accumulate_grad_batches=1000000000000000000"}, []string{"trainer.accumulate_grad_batches", "at most 65536"}},
 		{"10^9 intra-op threads", []string{"runtime.intra_op_threads=1000000000"}, []string{"runtime.intra_op_threads", "at most 1024 threads"}},
+		{"10^18 epochs", []string{"trainer.max_epochs=1000000000000000000"}, []string{"trainer.max_epochs", "at most 2147483647"}},
 		{"10^9 inter-op threads", []string{"runtime.inter_op_threads=1000000000"}, []string{"runtime.inter_op_threads", "at most 1024 threads"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -175,6 +175,10 @@ func (c *Config) Resolve() error {
 	}
 	if t.MaxEpochs < 0 {
 		bad("trainer.max_epochs", "%d: must be ≥ 0; 0 leaves the length to trainer.max_steps (Lightning's -1)", t.MaxEpochs)
+	} else if t.MaxEpochs > MaxEpochs {
+		// The run's length in steps is epochs × steps per epoch: beyond
+		// this it could overflow int64 and end the run at once.
+		bad("trainer.max_epochs", "%d: at most %d; to train until stopped, set trainer.max_steps instead", t.MaxEpochs, MaxEpochs)
 	}
 	if t.MaxSteps < 0 {
 		bad("trainer.max_steps", "%d: must be ≥ 0; 0 leaves the length to trainer.max_epochs (Lightning's -1)", t.MaxSteps)
