@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 // faultEnv makes a child ortrain (startCLI) fail at a stage of train, as
 // testFault: "STAGE:panic" panics on the command's goroutine,
 // "STAGE:goroutine" panics on another one, which kills the process before
-// any deferred cleanup runs (as the loader's allocation panic of #34 did).
+// any deferred cleanup runs (as the loader's allocation panic of #34 did);
+// "STAGE:wait" writes the file $ORTRAIN_TEST_FAULT_MARK and waits a
+// minute.
 const faultEnv = "ORTRAIN_TEST_FAULT"
 
 func init() {
@@ -30,9 +33,14 @@ func init() {
 		if at != stage {
 			return
 		}
-		if how == "goroutine" {
+		switch how {
+		case "goroutine":
 			go panic("injected fault (" + faultEnv + ")")
 			time.Sleep(time.Minute)
+		case "wait": // stands still, as a long first step does, after saying so
+			os.WriteFile(os.Getenv(faultEnv+"_MARK"), nil, 0o644)
+			time.Sleep(time.Minute)
+			return
 		}
 		panic("injected fault (" + faultEnv + ")")
 	}
@@ -148,6 +156,39 @@ func TestOverwriteIsATransaction(t *testing.T) {
 		if strings.HasPrefix(n, ".ortrain-") {
 			t.Errorf("left after the resume: %s", n)
 		}
+	}
+}
+
+// TestOverwriteSecondSignal: a second signal once training started, before
+// the new run's first step ended, exits at once (130) and still puts the
+// overwritten run back.
+func TestOverwriteSecondSignal(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := linearRun(t, root)
+	dir := filepath.Join(root, "run")
+	if code, msg := ortrain("train", "--config", cfg, "--run-dir", dir); code != 0 {
+		t.Fatalf("first run: exit %d: %s", code, msg)
+	}
+	before := snapshot(t, dir)
+	delete(before, filepath.Join(dir, ".lock"))
+	mark := filepath.Join(root, "started")
+	cmd, errOut := startCLIEnv(t, []string{faultEnv + "=started:wait", faultEnv + "_MARK=" + mark}, "train", "--config", cfg, "--run-dir", dir, "--overwrite")
+	waitFor(t, "training to start", func() bool {
+		_, err := os.Stat(mark)
+		return err == nil
+	})
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(20 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := childExit(t, cmd); code != 130 || !strings.Contains(errOut.String(), "kept "+dir+" as it was") {
+		t.Errorf("SIGINT then SIGTERM before the first step: exit %d; want 130 keeping the old run:\n%s", code, errOut.String())
+	}
+	after := snapshot(t, dir)
+	delete(after, filepath.Join(dir, ".lock"))
+	if !maps.Equal(before, after) {
+		t.Errorf("a second signal before the first step changed the run:\nbefore %v\nafter  %v", before, after)
 	}
 }
 
