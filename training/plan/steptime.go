@@ -89,8 +89,10 @@ const (
 )
 
 // efficiency is a class's fraction of the peak FLOP/s and of the memory
-// bandwidth its kernels reach.
-type efficiency struct{ compute, memory float64 }
+// bandwidth its kernels reach, and what each call costs beyond its work
+// and LaunchSeconds (extra kernels and scratch set-up ONNX Runtime runs
+// for one node), in seconds.
+type efficiency struct{ compute, memory, perCall float64 }
 
 // efficiencies were fitted on two ONNX Runtime profiles of a ResNet-50
 // step (224², batch 256, 16-mixed, SGD momentum 0.9) on an H200 with ONNX
@@ -107,7 +109,17 @@ var efficiencies = map[string]efficiency{
 	classGEMM:      {compute: 0.08, memory: 0.5},
 	classElem:      {compute: 0.5, memory: 0.5},
 	classCast:      {compute: 0.5, memory: 0.6},
-	classReduce:    {compute: 0.5, memory: 0.15},
+	// ONNX Runtime's own reduction kernel: 27.3 µs a call in f87388c's
+	// profile (161 ReduceSumSquare over the parameters, 0.1 GB in all:
+	// 4.4 ms), where the data alone would take 0.02 ms: a fixed cost per
+	// call beyond the launch. No profiled graph had a large reduction on
+	// this path, so its bandwidth is taken as the element-wise class's (a
+	// streaming kernel, as the element-wise ones are), an assumption the
+	// next profile is to check.
+	classReduce: {compute: 0.5, memory: 0.5, perCall: 19e-6},
+	// cuDNN's reductions (per-channel {0, 2, 3} of NCHW): 212 ReduceMean
+	// over 37.4 GB took 60.1 ms (f87388c) and 65.0 ms (0380ec6), 106
+	// ReduceSum over 20.3 GB about 24.5 ms: 0.12 to 0.18 of the bandwidth.
 	classReduceDNN: {compute: 0.5, memory: 0.15},
 	classNorm:      {compute: 0.5, memory: 0.9},
 	classTranspose: {compute: 0.5, memory: 0.3},
@@ -188,13 +200,26 @@ type StepOptions struct {
 // gpu: the training graph at the batch and the optimizer graph, costed
 // node by node as ONNX Runtime's CUDA provider would run them.
 func PredictArtifacts(dir string, batch int64, gpu GPU, o StepOptions) (*StepTime, error) {
-	m, err := artifacts.Load(dir)
+	train, opt, o, err := loadStep(dir, batch, o)
 	if err != nil {
 		return nil, err
 	}
+	st := Predict(train, opt, gpu, o)
+	st.Batch = batch
+	return st, nil
+}
+
+// loadStep reads the artifacts in dir for a prediction: the training graph
+// with its shapes at batch, the optimizer graph, and o completed with the
+// data inputs, the batch's host bytes and the low precision.
+func loadStep(dir string, batch int64, o StepOptions) (train, opt *graph.Graph, _ StepOptions, _ error) {
+	m, err := artifacts.Load(dir)
+	if err != nil {
+		return nil, nil, o, err
+	}
 	g, err := graph.Load(filepath.Join(dir, artifacts.TrainingFile))
 	if err != nil {
-		return nil, err
+		return nil, nil, o, err
 	}
 	dims := map[string]int64{"": batch}
 	for _, d := range m.Data {
@@ -202,13 +227,13 @@ func PredictArtifacts(dir string, batch int64, gpu GPU, o StepOptions) (*StepTim
 			dims[d.Symbolic[0]] = batch
 		}
 	}
-	train, err := memplan.Concrete(g, dims)
+	train, err = memplan.Concrete(g, dims)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v (only the batch dimension may be symbolic)", dir, err)
+		return nil, nil, o, fmt.Errorf("%s: %v (only the batch dimension may be symbolic)", dir, err)
 	}
-	opt, err := graph.Load(filepath.Join(dir, artifacts.OptimizerFile))
+	opt, err = graph.Load(filepath.Join(dir, artifacts.OptimizerFile))
 	if err != nil {
-		return nil, err
+		return nil, nil, o, err
 	}
 	o.data = map[string]bool{}
 	for _, d := range m.Data {
@@ -223,21 +248,28 @@ func PredictArtifacts(dir string, batch int64, gpu GPU, o StepOptions) (*StepTim
 	case "bfloat16":
 		o.low = dtype.BFloat16
 	}
-	st := Predict(train, opt, gpu, o)
-	st.Batch = batch
-	return st, nil
+	return train, opt, o, nil
 }
 
 // Predict costs one run of train (concrete shapes) and one of opt on gpu.
 func Predict(train, opt *graph.Graph, gpu GPU, o StepOptions) *StepTime {
+	var costs [2][]nodeCost
+	for i, g := range []*graph.Graph{train, opt} {
+		if g != nil {
+			costs[i] = costGraph(g, gpu, o)
+		}
+	}
+	return predictCosts(costs, gpu, o.HostBytes)
+}
+
+// predictCosts sums the training graph's and the optimizer's node costs
+// into a step, with hostBytes of batch for the host's part.
+func predictCosts(costs [2][]nodeCost, gpu GPU, hostBytes int64) *StepTime {
 	st := &StepTime{GPU: gpu}
 	ops := map[string]*OpTime{}
-	for i, g := range []*graph.Graph{train, opt} {
-		if g == nil {
-			continue
-		}
+	for i, cs := range costs {
 		var sum float64
-		for _, c := range costGraph(g, gpu, o) {
+		for _, c := range cs {
 			switch c.where {
 			case onCPU:
 				st.CPUNodes++
@@ -267,7 +299,7 @@ func Predict(train, opt *graph.Graph, gpu GPU, o StepOptions) *StepTime {
 		}
 	}
 	st.KernelMS = st.TrainingMS + st.OptimizerMS
-	st.HostMS += float64(o.HostBytes) * HostSecondsPerByte * 1e3
+	st.HostMS += float64(hostBytes) * HostSecondsPerByte * 1e3
 	st.StepMS = st.KernelMS + st.HostMS
 	for _, op := range ops {
 		st.Ops = append(st.Ops, *op)
@@ -293,8 +325,18 @@ const (
 type nodeCost struct {
 	op           string
 	where        placement
+	class        string  // efficiency class (onGPU only)
+	rate         float64 // the peak FLOP/s its work runs at
 	flops, bytes float64
-	seconds      float64 // work at the class's efficiency + LaunchSeconds
+	seconds      float64 // kernelSeconds
+}
+
+// kernelSeconds is a kernel's predicted time: its FLOPs at rate and its
+// bytes at the bandwidth, each at class's efficiency, whichever is
+// longer, plus the class's fixed cost per call and LaunchSeconds.
+func kernelSeconds(class string, rate, flops, bytes float64, gpu GPU) float64 {
+	e := efficiencies[class]
+	return max(flops/(rate*e.compute), bytes/(gpu.Bandwidth*e.memory)) + e.perCall + LaunchSeconds
 }
 
 // views share their input's buffer: ONNX Runtime launches nothing.
@@ -351,13 +393,12 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			c.where = elided
 		default:
 			c.flops, c.bytes = work(g, n, lowVal, o.low)
-			cl := classOf(g, n)
-			e := efficiencies[cl]
-			rate := gpu.FP32
-			if cl == classConv || cl == classConvT || cl == classConvWgrad || cl == classGEMM {
-				rate = productRate(g, n, gpu, o, lowVal)
+			c.class = classOf(g, n)
+			c.rate = gpu.FP32
+			if c.class == classConv || c.class == classConvT || c.class == classConvWgrad || c.class == classGEMM {
+				c.rate = productRate(g, n, gpu, o, lowVal)
 			}
-			c.seconds = max(c.flops/(rate*e.compute), c.bytes/(gpu.Bandwidth*e.memory)) + LaunchSeconds
+			c.seconds = kernelSeconds(c.class, c.rate, c.flops, c.bytes, gpu)
 		}
 		out = append(out, c)
 	}

@@ -115,22 +115,20 @@ func ortLib() string {
 
 // TestStepTimeCalibration predicts the two profiled ResNet-50 steps on an
 // H200 and compares them with the measured kernel time (testdata): within
-// 15% in all, the per-op comparison logged.
+// 15% in all, the per-op comparison logged. It prices the graphs that were
+// profiled (testdata/costs-*.tsv), not the ones ortrain builds today, so
+// a better graph does not read as a miscalibrated model.
 func TestStepTimeCalibration(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		cuda    bool
-		profile string
+		name           string
+		costs, profile string
 	}{
-		{"0380ec6 graph (offsets)", false, "testdata/profile-0380ec6.tsv"},
-		{"f87388c graph (ops)", true, "testdata/profile-f87388c.tsv"},
+		{"0380ec6 graph (offsets)", "testdata/costs-0380ec6.tsv", "testdata/profile-0380ec6.tsv"},
+		{"f87388c graph (ops)", "testdata/costs-f87388c.tsv", "testdata/profile-f87388c.tsv"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := resnet50(t, tc.cuda)
-			st, err := PredictArtifacts(dir, 256, GPUs["h200"], StepOptions{TF32: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			gpu := GPUs["h200"]
+			st := predictCosts(readCosts(t, tc.costs, gpu))
 			p := readProfile(t, tc.profile)
 			var b strings.Builder
 			fmt.Fprintf(&b, "%-20s %9s %7s %9s %7s\n", "op", "pred ms", "calls", "meas ms", "calls")
@@ -164,6 +162,28 @@ func TestStepTimeCalibration(t *testing.T) {
 				t.Errorf("predicted %.1f ms of kernel time per step, measured %.1f: %+.0f%%, over 15%%", st.KernelMS, p.total, 100*e)
 			}
 		})
+	}
+}
+
+// TestGraphCostsRoundTrip: today's ResNet-50 graph written as a cost file
+// and read back predicts the same kernel time as the graph itself, so the
+// recorded graphs are priced as a live one would be.
+func TestGraphCostsRoundTrip(t *testing.T) {
+	dir := resnet50(t, false)
+	out := filepath.Join(t.TempDir(), "costs.tsv")
+	t.Setenv("ORTRAIN_COSTS_ARTIFACTS", dir)
+	t.Setenv("ORTRAIN_COSTS_OUT", out)
+	TestWriteGraphCosts(t)
+	gpu := GPUs["h200"]
+	want, err := PredictArtifacts(dir, 256, gpu, StepOptions{TF32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := predictCosts(readCosts(t, out, gpu))
+	if math.Abs(got.KernelMS-want.KernelMS) > 1e-6*want.KernelMS || got.Kernels != want.Kernels || got.CPUNodes != want.CPUNodes ||
+		math.Abs(got.StepMS-want.StepMS) > 1e-6*want.StepMS {
+		t.Errorf("from the cost file: %.3f ms (%d kernels, %d on the CPU, step %.3f); from the graph: %.3f ms (%d, %d, step %.3f)",
+			got.KernelMS, got.Kernels, got.CPUNodes, got.StepMS, want.KernelMS, want.Kernels, want.CPUNodes, want.StepMS)
 	}
 }
 
