@@ -425,13 +425,28 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 		dx[2] = flat(sumG)
 	}
 	if need[0] {
-		negInv := b.Div(b.ScalarLike(g, -1), b.Numel(g, b.Info(g).DType, bc...)) // −1/M
+		negInv := b.Div(b.ScalarLike(g, -1), batchNormCount(b, n, g, bc)) // −1/M
 		gs := b.Mul(u(n.Inputs[1]), invstd)
 		k2 := b.Mul(b.Mul(gs, b.Mul(invstd, invstd)), b.Mul(sumGXc, negInv))
 		k0 := b.Mul(gs, b.Mul(sumG, negInv))
 		dx[0] = b.Sum(b.Mul(g, gs), b.Mul(xc, k2), k0)
 	}
 	return dx
+}
+
+// batchNormCount is M, the elements per channel of BatchNormTraining n's
+// input, in g's type: the count TrainingBatchNorm divided the variance by
+// (σ² = Reshape(Div(Σ x̄², M))) where n's variance is its, so that a batch
+// of unknown size reads its dimensions once (on the host) rather than
+// again for the backward; computed from g's shape otherwise.
+func batchNormCount(b *B, n *N, g string, bc []int64) string {
+	p := b.G.Producers()
+	if r := p[n.Inputs[4]]; r != nil && r.Op == "Reshape" {
+		if d := p[r.Inputs[0]]; d != nil && d.Op == "Div" && len(d.Inputs) == 2 && b.Info(d.Inputs[1]).DType == b.Info(g).DType && b.Info(d.Inputs[1]).Rank() == 0 {
+			return d.Inputs[1]
+		}
+	}
+	return b.Numel(g, b.Info(g).DType, bc...)
 }
 
 // BufferUpdate pairs a buffer input (a running statistic) with the value
