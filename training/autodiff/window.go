@@ -387,66 +387,32 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 
 // batchNormTrainingGrad differentiates BatchNormTraining: normalisation by
 // the batch's own mean μ and variance σ² (inputs 3 and 4, computed from X
-// by TrainingBatchNorm), accounting for the statistics' own dependence on
-// X (they get no gradient themselves). With g = dY, x̄ = X − μ, s = 1/σ,
-// M the elements per channel and both sums per channel,
-//
-//	dγ = s·Σ g·x̄,  dβ = Σ g,
-//	dX = γs·(g − Σg/M − x̂·Σ(g·x̂)/M) = γs·g − x̄·γs³·Σ(g·x̄)/M − γs·Σg/M,
-//
-// the normalisations' shared backward (rules_norm.go) with the sums of dγ
-// and dβ reused and x̂ never formed: over the activation, one Sub (x̄,
-// recomputed from X so the forward keeps only X and the statistics), two
-// sums, and a Mul for Σ g·x̄ and two Muls and a broadcasting Sum for dX,
-// against thirteen passes for the formula written out.
+// by TrainingBatchNorm): the normalisations' shared backward (rules_norm.go)
+// over all axes but channels, which accounts for the statistics' own
+// dependence on X. x̂ is recomputed here from X,
+// so the forward keeps only X and the per-channel statistics; the
+// statistics themselves get no gradient, this formula accounts for them.
 func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	dx := make([]string, len(n.Inputs))
-	if dy[0] == "" || !need[0] && !need[1] && !need[2] {
+	if dy[0] == "" {
 		return dx
 	}
 	r := b.Info(x(n)).Rank()
 	bc := append([]int64{0}, spatialAxes(r)...)
 	u := func(v string) string { return b.Unsqueeze(v, bc...) }
-	flat := func(v string) string { return b.Reshape(v, b.Ints(-1)) }
 	g := dy[0]
 	invstd := b.Div(b.ScalarLike(g, 1), b.Sqrt(b.Add(u(n.Inputs[4]), b.ScalarLike(g, n.Float("epsilon", 1e-5)))))
-	var sumG, sumGXc, xc string
-	if need[0] || need[2] {
-		sumG = b.ReduceSum(g, true, bc...)
-	}
-	if need[0] || need[1] {
-		xc = b.Sub(x(n), u(n.Inputs[3]))
-		sumGXc = b.ReduceSum(b.Mul(g, xc), true, bc...)
+	xhat := b.Mul(b.Sub(x(n), u(n.Inputs[3])), invstd)
+	if need[0] {
+		dx[0] = normInputGrad(b, xhat, invstd, b.Mul(g, u(n.Inputs[1])), bc)
 	}
 	if need[1] {
-		dx[1] = flat(b.Mul(sumGXc, invstd))
+		dx[1] = b.ReduceSum(b.Mul(g, xhat), false, bc...)
 	}
 	if need[2] {
-		dx[2] = flat(sumG)
-	}
-	if need[0] {
-		negInv := b.Div(b.ScalarLike(g, -1), batchNormCount(b, n, g, bc)) // −1/M
-		gs := b.Mul(u(n.Inputs[1]), invstd)
-		k2 := b.Mul(b.Mul(gs, b.Mul(invstd, invstd)), b.Mul(sumGXc, negInv))
-		k0 := b.Mul(gs, b.Mul(sumG, negInv))
-		dx[0] = b.Sum(b.Mul(g, gs), b.Mul(xc, k2), k0)
+		dx[2] = b.ReduceSum(g, false, bc...)
 	}
 	return dx
-}
-
-// batchNormCount is M, the elements per channel of BatchNormTraining n's
-// input, in g's type: the count TrainingBatchNorm divided the variance by
-// (σ² = Reshape(Div(Σ x̄², M))) where n's variance is its, so that a batch
-// of unknown size reads its dimensions once (on the host) rather than
-// again for the backward; computed from g's shape otherwise.
-func batchNormCount(b *B, n *N, g string, bc []int64) string {
-	p := b.G.Producers()
-	if r := p[n.Inputs[4]]; r != nil && r.Op == "Reshape" {
-		if d := p[r.Inputs[0]]; d != nil && d.Op == "Div" && len(d.Inputs) == 2 && b.Info(d.Inputs[1]).DType == b.Info(g).DType && b.Info(d.Inputs[1]).Rank() == 0 {
-			return d.Inputs[1]
-		}
-	}
-	return b.Numel(g, b.Info(g).DType, bc...)
 }
 
 // BufferUpdate pairs a buffer input (a running statistic) with the value
@@ -484,12 +450,9 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 		}
 		axes := append([]int64{0}, spatialAxes(xi.Rank())...)
 		dt := xi.DType
-		// The variance as the mean square of the centred values (the
-		// two-pass form, no cancellation), the squares summed by
-		// ReduceSumSquare rather than a Mul pass over the activation.
 		mean := b.ReduceMean(x(n), true, axes...)
-		cnt := b.Numel(x(n), dt, axes...)
-		v := b.Div(b.ReduceSumSquare(b.Sub(x(n), mean), true, axes...), cnt)
+		d := b.Sub(x(n), mean)
+		v := b.ReduceMean(b.Mul(d, d), true, axes...)
 		flatMean, flatVar := b.Reshape(mean, b.Ints(-1)), b.Reshape(v, b.Ints(-1))
 		g.Domains[graph.StopGradientDomain] = 1
 		g.AddNode(&graph.Node{Op: graph.BatchNormTrainingOp, Domain: graph.StopGradientDomain, Name: g.Fresh(n.Name),
@@ -497,6 +460,7 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 			Outputs: []string{y(n)}, Attrs: []*graph.Attr{graph.AFloat("epsilon", n.Float("epsilon", 1e-5))}})
 
 		mom := n.Float("momentum", 0.9)
+		cnt := b.Numel(x(n), dt, axes...)
 		unbiased := b.Mul(flatVar, b.Div(cnt, b.Sub(cnt, b.Scalar(dt, 1))))
 		for i, stat := range []string{flatMean, unbiased} {
 			buf := n.Inputs[3+i]

@@ -389,10 +389,10 @@ type Runtime struct {
 	// no limit.
 	GPUMemLimit ByteSize `toml:"gpu_mem_limit"`
 	// ArenaExtendStrategy is kNextPowerOfTwo or kSameAsRequested. Default
-	// kSameAsRequested: the training, optimizer and eval sessions each have
+	// kNextPowerOfTwo. The training, optimizer and eval sessions each have
 	// an arena on the device, and a training arena grown by powers of two
-	// can hold twice its step's peak (on an H200 the VQ-GAN preset's
-	// optimizer then found no 7 MB left).
+	// can hold up to twice its step's peak: a run whose step fills most of
+	// the card wants kSameAsRequested (the VQ-GAN presets set it).
 	ArenaExtendStrategy string `toml:"arena_extend_strategy"`
 	// EnableCUDAGraph captures the step once and replays it.
 	EnableCUDAGraph bool `toml:"enable_cuda_graph"`
@@ -433,7 +433,7 @@ func Default() *Config {
 		},
 		Optimizer: Optimizer{Name: "adamw", LR: 1e-3, WeightDecay: 0.01, Betas: []float64{0.9, 0.999}, Eps: 1e-8},
 		Scheduler: Scheduler{Name: "constant"},
-		Runtime:   Runtime{CudnnConvAlgoSearch: "EXHAUSTIVE", ArenaExtendStrategy: "kSameAsRequested"},
+		Runtime:   Runtime{CudnnConvAlgoSearch: "EXHAUSTIVE", ArenaExtendStrategy: "kNextPowerOfTwo"},
 		set:       map[string]bool{},
 		origin:    map[string]string{},
 	}

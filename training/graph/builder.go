@@ -265,59 +265,8 @@ func (b *Builder) Squeeze(x string, axes ...int64) string {
 }
 
 // reduce emits a Reduce* op with the axes as an attribute or, where the
-// opset wants it, an input. A ReduceSum or ReduceMean over axes that are
-// not one contiguous run is written as two reductions, the trailing run
-// and then the leading one, when the axes are such a pair (NCHW's
-// per-channel {0, 2, 3}): ONNX Runtime's CUDA provider runs a reduction
-// with its own kernel only when the axes are one run touching the first
-// or the last axis and hands any other to cuDNN, measured several times
-// slower on an H200. The sum (mean) of sums (means of equally many
-// elements) is the same value up to float rounding; the trailing run goes
-// first because it is the larger reduction in NCHW maps, so the
-// intermediate is small ([N, C, 1, 1]).
+// opset wants it, an input.
 func (b *Builder) reduce(op string, x string, axes []int64, keep bool) string {
-	if op == "ReduceSum" || op == "ReduceMean" {
-		if lead, trail, ok := FastReduceSplit(axes, b.Info(x)); ok {
-			return b.reduce1(op, b.reduce1(op, x, trail, keep), lead, keep)
-		}
-	}
-	return b.reduce1(op, x, axes, keep)
-}
-
-// FastReduceSplit splits the axes of a reduction over a value of info's
-// rank into a leading run (from axis 0) and a trailing run (to the last
-// axis) when the axes are exactly those two runs and not one: each is a
-// reduction ONNX Runtime's CUDA provider runs with its own kernel, with
-// the leading run's axes unchanged once the trailing run is reduced away.
-// ok is false for one run, an empty or unknown-rank reduction, or axes
-// that leave a gap inside the leading or trailing part.
-func FastReduceSplit(axes []int64, info Info) (lead, trail []int64, ok bool) {
-	if len(axes) < 2 || !info.Known {
-		return nil, nil, false
-	}
-	r := len(info.Shape)
-	a, ok := normAxes(axes, r)
-	if !ok {
-		return nil, nil, false
-	}
-	slices.Sort(a)
-	a = slices.Compact(a)
-	i := 0
-	for i < len(a) && a[i] == int64(i) {
-		i++
-	}
-	j := len(a)
-	for j > i && a[j-1] == int64(r-len(a)+j-1) {
-		j--
-	}
-	if i == 0 || j == len(a) || j != i {
-		return nil, nil, false
-	}
-	return a[:i], a[i:], true
-}
-
-// reduce1 emits one Reduce* node.
-func (b *Builder) reduce1(op string, x string, axes []int64, keep bool) string {
 	k := int64(0)
 	if keep {
 		k = 1
@@ -344,17 +293,6 @@ func (b *Builder) ReduceSum(x string, keep bool, axes ...int64) string {
 // ReduceMean averages over axes (all when none are given).
 func (b *Builder) ReduceMean(x string, keep bool, axes ...int64) string {
 	return b.reduce("ReduceMean", x, axes, keep)
-}
-
-// ReduceSumSquare sums the squares over axes (all when none are given);
-// over a leading and a trailing run of axes (NCHW's per-channel {0, 2,
-// 3}) it squares and sums the trailing run and then sums the leading one,
-// both on ONNX Runtime's own CUDA reduction kernel (see reduce).
-func (b *Builder) ReduceSumSquare(x string, keep bool, axes ...int64) string {
-	if lead, trail, ok := FastReduceSplit(axes, b.Info(x)); ok {
-		return b.reduce1("ReduceSum", b.reduce1("ReduceSumSquare", x, trail, keep), lead, keep)
-	}
-	return b.reduce1("ReduceSumSquare", x, axes, keep)
 }
 
 // ReduceMax takes the maximum over axes.
