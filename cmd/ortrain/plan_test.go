@@ -123,7 +123,7 @@ func TestExportCommand(t *testing.T) {
 // REFUSED and exits 2, where it used to report "no limit" and exit 0.
 func TestPlanRefusesWhatTrainWould(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"ortrain", "plan", "--preset", "quickstart", "--set", "data.batch_size=1000000000", "--set", "data.memory_limit=0"}, &stdout, &stderr)
+	code := run([]string{"ortrain", "plan", "--preset", "quickstart", "--set", "data.batch_size=1000000", "--set", "data.memory_limit=0"}, &stdout, &stderr)
 	if code != 2 || !strings.Contains(stdout.String(), "REFUSED") || !strings.Contains(stderr.String(), "machine's memory") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 2 with the refusal", code, stdout.String(), stderr.String())
 	}
