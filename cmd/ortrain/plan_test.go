@@ -131,8 +131,10 @@ func TestPlanRefusesWhatTrainWould(t *testing.T) {
 
 // TestPlanMemory: plan --memory builds the quickstart's training graph in a
 // temporary directory and replays a step: the activations at the peak
-// grow with the batch, blocks recompute holds no more than the default,
-// and nothing is left on disk.
+// grow with the batch, blocks recompute holds about what the default does
+// and much less than keeping everything (the quickstart's peak, with its
+// EMA codebook, lies outside the blocks: 0.4 % above the default), and
+// nothing is left on disk.
 func TestPlanMemory(t *testing.T) {
 	orttest.Init(t)
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
@@ -161,8 +163,9 @@ func TestPlanMemory(t *testing.T) {
 	}
 	two, four := measure("data.batch_size=2"), measure("data.batch_size=4")
 	blocks := measure("data.batch_size=4", `model.recompute="blocks"`)
-	if !(two > 0 && four > two) || blocks > four {
-		t.Errorf("activations %d at batch 2, %d at 4, %d at 4 with blocks; want growing with the batch, blocks ≤ default", two, four, blocks)
+	none := measure("data.batch_size=4", `model.recompute="none"`)
+	if !(two > 0 && four > two) || float64(blocks) > 1.01*float64(four) || 4*none < 5*four {
+		t.Errorf("activations %d at batch 2, %d at 4, %d at 4 with blocks, %d keeping everything; want growing with the batch, blocks within 1%% of the default and keeping everything 25%% above", two, four, blocks, none)
 	}
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("plan left %d entries in the temporary directory", len(left))
