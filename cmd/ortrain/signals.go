@@ -40,7 +40,8 @@ func (f *firstSignal) again(sig os.Signal) bool {
 // command at once with exit 130, after undoing what setup made (a new
 // version directory, an overwritten run directory's old contents). Once
 // training started, the first cancels ctx, which lets the loop finish its
-// step and checkpoint, and a second (see firstSignal) exits at once with
+// micro-batch and checkpoint (a step of several is dropped and redone on
+// resume), and a second (see firstSignal) exits at once with
 // 130 (the newest checkpoint stays whole).
 type signals struct {
 	ctx    context.Context
@@ -88,7 +89,7 @@ func (s *signals) loop() {
 		if !first.again(sig) {
 			if !announced { // (the first signal, not a copy of it)
 				announced = true
-				fmt.Fprintln(s.w, "\nortrain: interrupted; finishing the step and writing a checkpoint (again to exit now)")
+				fmt.Fprintln(s.w, "\nortrain: interrupted; finishing the micro-batch and writing a checkpoint (again to exit now)")
 			}
 			s.cancel()
 			continue

@@ -35,7 +35,8 @@ func trainCommand() *cli.Command {
 		UsageText: "ortrain train (--config CONFIG | --preset NAME) [--set key=value]... [--resume last|PATH] [--run-dir DIR [--overwrite]]",
 		Description: `Trains on the device trainer.device names with weights and optimizer state
 kept there for the whole run. The first SIGINT/SIGTERM finishes the current
-step, writes a checkpoint and exits 0; a second exits at once (the newest
+micro-batch (a step of several is dropped and redone on resume), writes a
+checkpoint and exits 0; a second exits at once (the newest
 checkpoint stays whole; the same signal again within 1.5 s, as GNU
 timeout sends it, counts once). A signal during setup exits 130 at once
 and leaves nothing: the new run directory is removed, an overwritten one

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ import (
 func BenchmarkStepHostOverhead(b *testing.B) {
 	c := testConfig(b, mlpArtifacts(b), "trainer.max_steps=1000000000", "data.drop_last=true", "trainer.accumulate_grad_batches=2", "runtime.intra_op_threads=1")
 	tr, _ := build(b, c, "", "", nil)
-	if _, err := tr.step(); err != nil {
+	if _, err := tr.step(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	e := tr.eng
@@ -43,7 +44,7 @@ func BenchmarkStepHostOverhead(b *testing.B) {
 		t0 := time.Now()
 		ortStep()
 		t1 := time.Now()
-		if _, err := tr.step(); err != nil {
+		if _, err := tr.step(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		ortOnly += t1.Sub(t0)

@@ -48,8 +48,12 @@ type engine struct {
 	// gradViews[g] are the host views of grads at parity g (gradients).
 	gradViews [2][][]float32
 	buffers   []pair // flip after a training run with a finite loss
-	frozen    []*ort.Value
-	p, g, u   int // parities of params/states, grads, buffers
+	// kept holds the buffers as a step of several micro-batches found
+	// them (keepBuffers), so that a step abandoned half-way leaves them as
+	// they were; nil until such a step.
+	kept    []*ort.Value
+	frozen  []*ort.Value
+	p, g, u int // parities of params/states, grads, buffers
 
 	trainB [2][2][2]*ort.Binding // [p][g][u]
 	optB   [2][2]*ort.Binding    // [p][g]
@@ -516,6 +520,36 @@ func (e *engine) update(lr float64, step int64, gradScale, clipNorm float64) (gr
 	return gn, false, nil
 }
 
+// keepBuffers copies the current buffers aside, on the device, before the
+// micro-batches of a step update them.
+func (e *engine) keepBuffers() error {
+	for i, b := range e.buffers {
+		cur := b.v[e.u]
+		if len(e.kept) <= i {
+			v, err := e.train.Alloc(cur.DType(), cur.Shape())
+			if err != nil {
+				return err
+			}
+			e.kept = append(e.kept, v)
+		}
+		if err := e.train.Copy(e.kept[i], cur); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoreBuffers puts the buffers keepBuffers copied back as the current
+// ones: what a step abandoned before its update leaves.
+func (e *engine) restoreBuffers() error {
+	for i, b := range e.buffers {
+		if err := e.train.Copy(b.v[e.u], e.kept[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // weightChange returns the largest absolute difference between the
 // parameters before and after the last applied update, computed on the
 // device by a graph built for it (one reduction per parameter): what shows
@@ -776,7 +810,7 @@ func (e *engine) close() {
 			pr.v[1].Close()
 		}
 	}
-	for _, v := range append(e.frozen, e.outputs...) {
+	for _, v := range append(append(e.frozen, e.outputs...), e.kept...) {
 		v.Close()
 	}
 	for _, st := range append(e.inputs, append(e.trainData.vals, e.evalData.vals...)...) {

@@ -93,25 +93,28 @@ type Trainer struct {
 	// changeSeen: an update at lr > 0 was seen to change the weights
 	// (checked once, at the first such update of the process).
 	changeSeen bool
-	skippedBad int64       // bad samples the loader dropped (data.skip_bad_files)
-	cursor     data.Cursor // where the train loader resumes after the last step
-	accum      int
-	terms      []float64 // StepResult.Terms, reused
-	comm       *collective.Comm
-	dcomm      *collective.DeviceComm // NCCL, for gradients on a GPU
-	valShards  bool                   // each rank validates its shard (see New)
-	valPad     int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
-	reduce     []float64              // the step's scalars summed across ranks, reused
-	bucket     []float32              // gradients packed for one sum (sumGradients)
-	pending    [][]float32            // the gradients in bucket, in order
-	clip       float64
-	valEvery   int64
-	tokens     int64  // tokens per sample for token models, else 0
-	lastGood   string // newest checkpoint known whole
-	configHash string
-	configTOML string
-	modelHash  string   // checkpoint.State.ModelHash
-	classes    []string // the training set's class folders, when it has them
+	// afterMicroBatch, when set (tests), is called after each micro-batch's
+	// training run with the step (1-based) and the micro-batch's index.
+	afterMicroBatch func(step int64, k int)
+	skippedBad      int64       // bad samples the loader dropped (data.skip_bad_files)
+	cursor          data.Cursor // where the train loader resumes after the last step
+	accum           int
+	terms           []float64 // StepResult.Terms, reused
+	comm            *collective.Comm
+	dcomm           *collective.DeviceComm // NCCL, for gradients on a GPU
+	valShards       bool                   // each rank validates its shard (see New)
+	valPad          int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
+	reduce          []float64              // the step's scalars summed across ranks, reused
+	bucket          []float32              // gradients packed for one sum (sumGradients)
+	pending         [][]float32            // the gradients in bucket, in order
+	clip            float64
+	valEvery        int64
+	tokens          int64  // tokens per sample for token models, else 0
+	lastGood        string // newest checkpoint known whole
+	configHash      string
+	configTOML      string
+	modelHash       string   // checkpoint.State.ModelHash
+	classes         []string // the training set's class folders, when it has them
 }
 
 // schedState is what a checkpoint stores for the schedule: the schedule
@@ -295,7 +298,11 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 				break
 			}
 			var r callback.StepResult
-			if r, err = t.step(); err != nil {
+			if r, err = t.step(ctx); err != nil {
+				if errors.Is(err, errStepAbandoned) {
+					err = nil
+					s.StopReason = "interrupted during a step, whose micro-batches were dropped; " + written()
+				}
 				break
 			}
 			if t.valEvery > 0 && s.Step%t.valEvery == 0 {
@@ -364,8 +371,17 @@ func (e *DataError) Error() string  { return e.what() + " data: " + e.Err.Error(
 func (e *DataError) Unwrap() error  { return e.Err }
 func (e *DataError) BadInput() bool { return true }
 
-// step runs one optimizer step: accumulate micro-batches, then update.
-func (t *Trainer) step() (callback.StepResult, error) {
+// errStepAbandoned: a stop was requested between the micro-batches of a
+// step, which was dropped before its update.
+var errStepAbandoned = errors.New("step abandoned")
+
+// step runs one optimizer step: accumulate micro-batches, then update. A
+// stop requested through ctx between micro-batches (a step of many can
+// take hours) drops the step: the buffers and the data position go back
+// to where it began, so the run checkpoints and resumes as if it had
+// stopped before it. Ranks of a data-parallel run stop between steps,
+// where they agree.
+func (t *Trainer) step(ctx context.Context) (callback.StepResult, error) {
 	start := time.Now()
 	t.eng.ortTime = 0
 	r := callback.StepResult{GradNorm: math.NaN(), LR: t.sched.LR(t.state.Step)}
@@ -383,7 +399,22 @@ func (t *Trainer) step() (callback.StepResult, error) {
 	clear(t.terms)
 	r.TermNames, r.Terms = t.eng.termNames, t.terms
 	epoch := t.cursor.Epoch
+	abandonable := t.accum > 1 && t.comm == nil
+	if abandonable && len(t.eng.buffers) > 0 {
+		if err := t.eng.keepBuffers(); err != nil {
+			return r, err
+		}
+	}
 	for k := range t.accum {
+		if k > 0 && abandonable && ctx.Err() != nil {
+			if len(t.eng.buffers) > 0 {
+				if err := t.eng.restoreBuffers(); err != nil {
+					return r, err
+				}
+			}
+			t.cursor = begin
+			return r, errStepAbandoned
+		}
 		b, err := t.train.Next()
 		if err != nil {
 			return r, &DataError{Err: err, cursor: begin}
@@ -396,6 +427,9 @@ func (t *Trainer) step() (callback.StepResult, error) {
 		loss, err := t.eng.forward(k == 0, t.state.Step)
 		if err != nil {
 			return r, err
+		}
+		if t.afterMicroBatch != nil {
+			t.afterMicroBatch(t.state.Step+1, k)
 		}
 		r.Loss += loss / float64(t.accum)
 		for i, v := range t.eng.terms {

@@ -245,7 +245,7 @@ func TestStepDoesNotAllocate(t *testing.T) {
 	c := testConfig(t, mlpArtifacts(t), "trainer.max_steps=1000", "data.drop_last=true")
 	tr, _ := build(t, c, "", "", nil)
 	for range 3 {
-		if _, err := tr.step(); err != nil {
+		if _, err := tr.step(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -254,7 +254,7 @@ func TestStepDoesNotAllocate(t *testing.T) {
 		ptrs[p.v[0].DataPointer()], ptrs[p.v[1].DataPointer()] = true, true
 	}
 	allocs := testing.AllocsPerRun(50, func() {
-		if _, err := tr.step(); err != nil {
+		if _, err := tr.step(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	})
