@@ -38,6 +38,10 @@ z_channels = 4
 embed_dim = 4
 codebook_size = 16
 groups = 2
+# The loss-trained codebook: every weight is trained by gradients, which
+# the ranks sum. An EMA codebook is a buffer each rank updates from its
+# own samples, which no sum of gradients makes equal to one process's.
+codebook_decay = 0
 [data]
 kind = "synthetic"
 batch_size = 4
