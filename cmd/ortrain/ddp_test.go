@@ -63,6 +63,26 @@ intra_op_threads = 1
 	return path
 }
 
+// TestDataParallelBuffersAgree: with the EMA codebook, a buffer each rank
+// updates from its own samples, two ranks end a 20-step run holding the
+// same codebook (rank 0's, broadcast after every step as PyTorch's DDP
+// does) — the run checks it at the end and fails if they differ.
+func TestDataParallelBuffersAgree(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	root := t.TempDir()
+	cfg := ddpConfig(t, root)
+	args := strings.Join([]string{"ortrain", "train", "--config", cfg, "--set", "trainer.devices=2", "--set", "data.batch_size=2",
+		"--set", "model.params.codebook_decay=0.99", "--set", "trainer.max_steps=20"}, "\x1f")
+	msg, err := collective.Mpirun(2, []string{"ORTRAIN_TEST_DDP_ARGS=" + args}, os.Args[0], "-test.run", "^TestDataParallelTwoRanks$", "-test.v")
+	if errors.Is(err, collective.ErrNoMpirun) {
+		t.Skip(err)
+	}
+	if err != nil || !strings.Contains(msg, "reached 20 steps") {
+		t.Fatalf("mpirun -np 2 with an EMA codebook: %v\n%s", err, msg)
+	}
+}
+
 // TestDataParallelTwoRanks: mpirun -np 2 with 2 samples per rank trains as
 // one process with 4 per step: each rank takes its shard of every step's
 // samples and the gradients are summed before the update. After 50 steps

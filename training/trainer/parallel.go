@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/ortrain/ortrain/training/callback"
@@ -175,4 +176,62 @@ func (t *Trainer) anyRank(flag bool) (bool, error) {
 	t.reduce = v
 	err := t.comm.SumFloat64(v)
 	return v[0] > 0, err
+}
+
+// syncBuffers gives every rank rank 0's buffers after a step's
+// micro-batches, as PyTorch's DistributedDataParallel does (its
+// broadcast_buffers): BatchNorm's running statistics and an EMA codebook
+// are updated by each rank from its own samples and would drift apart. On
+// a GPU each buffer goes through the host (buffers are small: statistics
+// and codebooks, not activations).
+func (t *Trainer) syncBuffers() error {
+	for _, b := range t.eng.buffers {
+		v := b.v[t.eng.u]
+		if v.OnHost() {
+			if err := t.comm.Broadcast(hostBytes(v), 0); err != nil {
+				return err
+			}
+			continue
+		}
+		h, err := t.eng.train.Download(v)
+		if err != nil {
+			return err
+		}
+		err = t.comm.Broadcast(hostBytes(h), 0)
+		if err == nil {
+			err = t.eng.train.Copy(v, h)
+		}
+		h.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buffersAgree checks at the end of a data-parallel run that every rank
+// holds the same buffers, by a hash of their bytes: the checkpoints hold
+// rank 0's, and a rank that trained with others would be a different
+// model.
+func (t *Trainer) buffersAgree() error {
+	h := fnv.New64a()
+	for _, b := range t.eng.buffers {
+		v := b.v[t.eng.u]
+		if v.OnHost() {
+			h.Write(hostBytes(v))
+			continue
+		}
+		c, err := t.eng.train.Download(v)
+		if err != nil {
+			return err
+		}
+		h.Write(hostBytes(c))
+		c.Close()
+	}
+	// 53 bits of the hash: what a float64 holds exactly.
+	i, _, _, err := t.comm.Agree([]float64{float64(h.Sum64() >> 11)})
+	if err == nil && i >= 0 {
+		err = fmt.Errorf("data parallel: after step %d the ranks' buffers (%s, ...) differ: the ranks trained different models (a bug: please report it)", t.state.Step, t.eng.buffers[0].name)
+	}
+	return err
 }

@@ -315,6 +315,9 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 			}
 		}
 	}
+	if err == nil && t.comm != nil && len(t.eng.buffers) > 0 {
+		err = t.buffersAgree()
+	}
 	// A batch that does not load (a corrupt image, a truncated volume)
 	// fails before the step's update: the steps done are whole, and are
 	// checkpointed as the end of the run, at the data position where that
@@ -451,6 +454,11 @@ func (t *Trainer) step(ctx context.Context) (callback.StepResult, error) {
 			return r, err
 		}
 		gradScale /= float64(t.comm.Size())
+		if len(t.eng.buffers) > 0 {
+			if err := t.syncBuffers(); err != nil {
+				return r, err
+			}
+		}
 	}
 	overflow := false
 	if ok {
