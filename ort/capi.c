@@ -66,6 +66,7 @@ OrtStatus* ortrain_set_threads(OrtSessionOptions* o, int intra, int inter) {
 OrtStatus* ortrain_disable_cpu_arena(OrtSessionOptions* o) { return api->DisableCpuMemArena(o); }
 
 OrtStatus* ortrain_disable_mem_pattern(OrtSessionOptions* o) { return api->DisableMemPattern(o); }
+OrtStatus* ortrain_session_log_fatal_only(OrtSessionOptions* o) { return api->SetSessionLogSeverityLevel(o, ORT_LOGGING_LEVEL_FATAL); }
 
 OrtStatus* ortrain_set_graph_optimization(OrtSessionOptions* o, int level) {
   return api->SetSessionGraphOptimizationLevel(o, (GraphOptimizationLevel)level);

@@ -32,6 +32,7 @@ void ortrain_release_session_options(OrtSessionOptions* o);
 OrtStatus* ortrain_set_threads(OrtSessionOptions* o, int intra, int inter);
 OrtStatus* ortrain_disable_cpu_arena(OrtSessionOptions* o);
 OrtStatus* ortrain_disable_mem_pattern(OrtSessionOptions* o);
+OrtStatus* ortrain_session_log_fatal_only(OrtSessionOptions* o);
 OrtStatus* ortrain_set_graph_optimization(OrtSessionOptions* o, int level);
 OrtStatus* ortrain_enable_profiling(OrtSessionOptions* o, const char* prefix);
 OrtStatus* ortrain_add_config(OrtSessionOptions* o, const char* key, const char* value);

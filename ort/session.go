@@ -213,6 +213,11 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 			return nil, err
 		}
 	}
+	if opts.Quiet {
+		if err := check(C.ortrain_session_log_fatal_only(so)); err != nil {
+			return nil, err
+		}
+	}
 	if opts.DisableMemPattern {
 		if err := check(C.ortrain_disable_mem_pattern(so)); err != nil {
 			return nil, err

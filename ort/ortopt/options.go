@@ -47,6 +47,9 @@ type Options struct {
 	// time into <prefix>_<date>.json, written when the session closes: a
 	// Chrome trace (chrome://tracing, Perfetto).
 	ProfilePrefix string
+	// Quiet keeps ONNX Runtime's log to fatal errors for the session: for
+	// probes whose failure to load is an answer, not a fault to print.
+	Quiet bool
 }
 
 var (

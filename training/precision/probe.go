@@ -29,6 +29,7 @@ type Probe struct {
 func NewProbe(opts ort.Options, opset int64) *Probe {
 	opts.CUDA.AllowCPUFallback = false
 	opts.ProfilePrefix = ""
+	opts.Quiet = true // a kernel the device lacks is an answer, not an error to print
 	return &Probe{Options: opts, Opset: opset, seen: map[string]bool{}, Missing: map[string]string{}}
 }
 
