@@ -10,11 +10,8 @@ import (
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
-	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/graph"
-	"github.com/ortrain/ortrain/training/rundir"
-	"github.com/ortrain/ortrain/training/setup"
 )
 
 // dropoutMLP is mlp, its input scaled by 0.5, with Dropout(p = 0.5,
@@ -77,32 +74,7 @@ lr = 0.05
 	if err := c.Resolve(); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := rundir.New(c.OutputDir, c.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	art, _, err := setup.Artifacts(c, rd.Path, ort.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts, err := c.SessionOptions(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: newBlobs(96, 1), Val: newBlobs(16, 2), Dir: rd, Callbacks: []callback.Callback{rec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	if err := tr.Run(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	var losses []float64
-	for _, r := range rec.results {
-		losses = append(losses, r.Loss)
-	}
+	losses := runConfig(t, c, newBlobs(96, 1), newBlobs(16, 2))
 	if len(losses) != 4 {
 		t.Fatalf("%d steps logged, want 4", len(losses))
 	}

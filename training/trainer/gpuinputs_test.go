@@ -6,11 +6,8 @@ import (
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
-	"github.com/ortrain/ortrain/training/callback"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/data/synthetic"
-	"github.com/ortrain/ortrain/training/rundir"
-	"github.com/ortrain/ortrain/training/setup"
 )
 
 // tinyFamilies are one small run of each family the seeds train: a
@@ -111,37 +108,7 @@ func tinyLosses(t *testing.T, family, gsm8k string) []float64 {
 	if err := c.Resolve(); err != nil {
 		t.Fatal(err)
 	}
-	art, m, err := setup.Artifacts(c, t.TempDir(), ort.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	train, val, err := setup.Datasets(c, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts, err := c.SessionOptions(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := rundir.New(c.OutputDir, c.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	rec := &recorder{}
-	tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: train, Val: val, Dir: rd, Callbacks: []callback.Callback{rec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	if err := tr.Run(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	var losses []float64
-	for _, r := range rec.results {
-		losses = append(losses, r.Loss)
-	}
-	return losses
+	return runConfig(t, c)
 }
 
 // TestInputsReachTheDeviceEveryStep: with the CPU provider copying bound

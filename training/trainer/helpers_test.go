@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/training/data"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/rundir"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // blobs is an in-memory dataset: three Gaussian blobs in 4-D, sample i
@@ -234,4 +235,45 @@ func run(t testing.TB, c *config.Config, dir, resume string, rec *recorder, ds .
 	tr.Close()
 	rd.Close()
 	return rd.Path, err
+}
+
+// runConfig trains a resolved configuration to its end in a new run
+// directory, with artifacts built from its model and the datasets its data
+// section names (or ds: the training set, then the validation set), and
+// returns the loss of each step.
+func runConfig(t *testing.T, c *config.Config, ds ...data.Dataset) []float64 {
+	t.Helper()
+	art, m, err := setup.Artifacts(c, t.TempDir(), ort.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var train, val data.Dataset
+	if len(ds) > 0 {
+		train, val = ds[0], ds[1]
+	} else if train, val, err = setup.Datasets(c, m); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := c.SessionOptions(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := rundir.New(c.OutputDir, c.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rec := &recorder{}
+	tr, err := New(Options{Config: c, Artifacts: art, Session: opts, Train: train, Val: val, Dir: rd, Callbacks: []callback.Callback{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for _, r := range rec.results {
+		losses = append(losses, r.Loss)
+	}
+	return losses
 }
