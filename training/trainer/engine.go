@@ -51,7 +51,9 @@ type engine struct {
 	// kept holds the buffers as a step of several micro-batches found
 	// them (keepBuffers), so that a step abandoned half-way leaves them as
 	// they were; nil until such a step.
-	kept    []*ort.Value
+	kept []*ort.Value
+	// views are byte views of host-memory values, made once (view).
+	views   map[*ort.Value][]byte
 	frozen  []*ort.Value
 	p, g, u int // parities of params/states, grads, buffers
 
@@ -532,7 +534,7 @@ func (e *engine) keepBuffers() error {
 			}
 			e.kept = append(e.kept, v)
 		}
-		if err := e.train.Copy(e.kept[i], cur); err != nil {
+		if err := e.copyValue(e.kept[i], cur); err != nil {
 			return err
 		}
 	}
@@ -543,11 +545,35 @@ func (e *engine) keepBuffers() error {
 // ones: what a step abandoned before its update leaves.
 func (e *engine) restoreBuffers() error {
 	for i, b := range e.buffers {
-		if err := e.train.Copy(b.v[e.u], e.kept[i]); err != nil {
+		if err := e.copyValue(b.v[e.u], e.kept[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyValue copies between two values of the engine's device: in Go
+// where the memory is the host's (no allocation per step), else through
+// the session.
+func (e *engine) copyValue(dst, src *ort.Value) error {
+	if !dst.OnHost() || !src.OnHost() {
+		return e.train.Copy(dst, src)
+	}
+	copy(e.view(dst), e.view(src))
+	return nil
+}
+
+// view returns a host value's bytes, made once per value.
+func (e *engine) view(v *ort.Value) []byte {
+	if e.views == nil {
+		e.views = map[*ort.Value][]byte{}
+	}
+	b, ok := e.views[v]
+	if !ok {
+		b = hostBytes(v)
+		e.views[v] = b
+	}
+	return b
 }
 
 // weightChange returns the largest absolute difference between the

@@ -188,7 +188,7 @@ func (t *Trainer) syncBuffers() error {
 	for _, b := range t.eng.buffers {
 		v := b.v[t.eng.u]
 		if v.OnHost() {
-			if err := t.comm.Broadcast(hostBytes(v), 0); err != nil {
+			if err := t.comm.Broadcast(t.eng.view(v), 0); err != nil {
 				return err
 			}
 			continue
