@@ -71,7 +71,6 @@ type NodeAssignment struct {
 // CPUFallbackError is a CUDA session that would run some nodes on the CPU.
 type CPUFallbackError struct {
 	Nodes []NodeAssignment // the nodes without a CUDA kernel
-	Err   error
 }
 
 // fallbackNodes are the nodes of the assignment that run on another
@@ -107,7 +106,7 @@ func fallbackNodes(model []byte, nodes []NodeAssignment) ([]NodeAssignment, erro
 		if a.Provider == "CUDAExecutionProvider" {
 			continue
 		}
-		if n := byName[a.Name]; n != nil && (n.GetOpType() == "Shape" || n.GetOpType() == "Size" || len(n.GetOutput()) > 0 && fromShapes[n.GetOutput()[0]]) {
+		if n := byName[a.Name]; n != nil && len(n.GetOutput()) > 0 && fromShapes[n.GetOutput()[0]] {
 			continue
 		}
 		cpu = append(cpu, a)
@@ -168,38 +167,34 @@ func NewSessionFromBytes(model []byte, opts Options) (*Session, error) {
 	if len(model) == 0 {
 		return nil, errors.New("empty model")
 	}
-	// A CUDA session is created with CPU nodes allowed and its assignment
-	// checked here: the CUDA provider itself puts shape arithmetic (nodes
-	// computing from Shape outputs and constants only) on the CPU, where
-	// its inputs live, and ONNX Runtime's own no-fallback setting would
-	// refuse those too. Any other node on the CPU lacks a CUDA kernel.
-	check := opts.Device.CUDA && !opts.CUDA.AllowCPUFallback
-	p, err := createSession(model, opts, opts.CUDA.AllowCPUFallback || check)
+	p, err := createSession(model, opts)
 	if err != nil {
 		return nil, err
-	}
-	if check {
-		nodes, err := assignment(p)
-		if err == nil {
-			var cpu []NodeAssignment
-			if cpu, err = fallbackNodes(model, nodes); err == nil && len(cpu) > 0 {
-				err = &CPUFallbackError{Nodes: cpu}
-			}
-		}
-		if err != nil {
-			C.ortrain_release_session(p)
-			return nil, err
-		}
 	}
 	s := &Session{p: p, opts: opts}
 	if err := s.describe(); err != nil {
 		s.Close()
 		return nil, err
 	}
+	// ONNX Runtime's own no-fallback setting is not used: the CUDA
+	// provider itself puts shape arithmetic (nodes computing from Shape
+	// outputs and constants only) on the CPU, where its inputs live, and
+	// the setting would refuse those too. Any other node on the CPU lacks
+	// a CUDA kernel.
+	if opts.Device.CUDA && !opts.CUDA.AllowCPUFallback {
+		cpu, err := fallbackNodes(model, s.nodes)
+		if err == nil && len(cpu) > 0 {
+			err = &CPUFallbackError{Nodes: cpu}
+		}
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSession, error) {
+func createSession(model []byte, opts Options) (*C.OrtSession, error) {
 	var so *C.OrtSessionOptions
 	if err := check(C.ortrain_create_session_options(&so)); err != nil {
 		return nil, err
@@ -239,9 +234,6 @@ func createSession(model []byte, opts Options, allowFallback bool) (*C.OrtSessio
 	config := map[string]string{"session.record_ep_graph_assignment_info": "1"}
 	if !opts.Device.CUDA && !opts.CPU.DisableArena {
 		config["session.use_env_allocators"] = "1"
-	}
-	if opts.Device.CUDA && !allowFallback {
-		config["session.disable_cpu_ep_fallback"] = "1"
 	}
 	if len(opts.DisabledOptimizers) > 0 {
 		config["optimization.disable_specified_optimizers"] = strings.Join(opts.DisabledOptimizers, ";") // ONNX Runtime splits the list at semicolons

@@ -90,31 +90,32 @@ type Trainer struct {
 	updates     int64       // optimizer updates applied (skipped steps excluded)
 	skipsInARow int         // steps skipped since the last applied one, float16 overflows excluded
 	overflows   overflowRun // float16 overflows since the last applied step
+	skippedBad  int64       // bad samples the loader dropped (data.skip_bad_files)
+	cursor      data.Cursor // where the train loader resumes after the last step
+	accum       int
+	terms       []float64 // StepResult.Terms, reused
+	comm        *collective.Comm
+	dcomm       *collective.DeviceComm // NCCL, for gradients on a GPU
+	valShards   bool                   // each rank validates its shard (see New)
+	valPad      int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
+	reduce      []float64              // the step's scalars summed across ranks, reused
+	bucket      []float32              // gradients packed for one sum (sumGradients)
+	pending     [][]float32            // the gradients in bucket, in order
+	clip        float64
+	valEvery    int64
+	tokens      int64  // tokens per sample for token models, else 0
+	lastGood    string // newest checkpoint known whole
+	configHash  string
+	configTOML  string
+	modelHash   string   // checkpoint.State.ModelHash
+	classes     []string // the training set's class folders, when it has them
+
 	// changeSeen: an update at lr > 0 was seen to change the weights
 	// (checked once, at the first such update of the process).
 	changeSeen bool
 	// afterMicroBatch, when set (tests), is called after each micro-batch's
 	// training run with the step (1-based) and the micro-batch's index.
 	afterMicroBatch func(step int64, k int)
-	skippedBad      int64       // bad samples the loader dropped (data.skip_bad_files)
-	cursor          data.Cursor // where the train loader resumes after the last step
-	accum           int
-	terms           []float64 // StepResult.Terms, reused
-	comm            *collective.Comm
-	dcomm           *collective.DeviceComm // NCCL, for gradients on a GPU
-	valShards       bool                   // each rank validates its shard (see New)
-	valPad          int                    // with valShards: the dataset index this rank's shard repeats at its end, or -1
-	reduce          []float64              // the step's scalars summed across ranks, reused
-	bucket          []float32              // gradients packed for one sum (sumGradients)
-	pending         [][]float32            // the gradients in bucket, in order
-	clip            float64
-	valEvery        int64
-	tokens          int64  // tokens per sample for token models, else 0
-	lastGood        string // newest checkpoint known whole
-	configHash      string
-	configTOML      string
-	modelHash       string   // checkpoint.State.ModelHash
-	classes         []string // the training set's class folders, when it has them
 }
 
 // schedState is what a checkpoint stores for the schedule: the schedule
@@ -403,17 +404,15 @@ func (t *Trainer) step(ctx context.Context) (callback.StepResult, error) {
 	r.TermNames, r.Terms = t.eng.termNames, t.terms
 	epoch := t.cursor.Epoch
 	abandonable := t.accum > 1 && t.comm == nil
-	if abandonable && len(t.eng.buffers) > 0 {
+	if abandonable {
 		if err := t.eng.keepBuffers(); err != nil {
 			return r, err
 		}
 	}
 	for k := range t.accum {
 		if k > 0 && abandonable && ctx.Err() != nil {
-			if len(t.eng.buffers) > 0 {
-				if err := t.eng.restoreBuffers(); err != nil {
-					return r, err
-				}
+			if err := t.eng.restoreBuffers(); err != nil {
+				return r, err
 			}
 			t.cursor = begin
 			return r, errStepAbandoned
@@ -454,10 +453,8 @@ func (t *Trainer) step(ctx context.Context) (callback.StepResult, error) {
 			return r, err
 		}
 		gradScale /= float64(t.comm.Size())
-		if len(t.eng.buffers) > 0 {
-			if err := t.syncBuffers(); err != nil {
-				return r, err
-			}
+		if err := t.syncBuffers(); err != nil {
+			return r, err
 		}
 	}
 	overflow := false
