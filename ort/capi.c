@@ -250,6 +250,17 @@ OrtStatus* ortrain_create_tensor(OrtAllocator* a, const int64_t* shape, size_t r
   return api->CreateTensorAsOrtValue(a, shape, rank, (ONNXTensorElementDataType)elem, out);
 }
 void ortrain_release_value(OrtValue* v) { api->ReleaseValue(v); }
+
+OrtStatus* ortrain_view_tensor(OrtValue* base, size_t byte_offset, size_t bytes, const int64_t* shape, size_t rank,
+                               int elem, OrtValue** out) {
+  const OrtMemoryInfo* m = NULL;
+  OrtStatus* st = api->GetTensorMemoryInfo(base, &m);
+  if (st) return st;
+  void* data = NULL;
+  if ((st = api->GetTensorMutableData(base, &data))) return st;
+  return api->CreateTensorWithDataAsOrtValue(m, (char*)data + byte_offset, bytes, shape, rank,
+                                             (ONNXTensorElementDataType)elem, out);
+}
 OrtStatus* ortrain_tensor_data(OrtValue* v, void** out) { return api->GetTensorMutableData(v, out); }
 
 OrtStatus* ortrain_tensor_shape(OrtValue* v, int* elem, int64_t* dims, size_t max_rank, size_t* rank) {

@@ -59,6 +59,10 @@ OrtStatus* ortrain_allocator_stats(OrtAllocator* a, char** text);
 
 OrtStatus* ortrain_create_tensor(OrtAllocator* a, const int64_t* shape, size_t rank, int elem, OrtValue** out);
 void ortrain_release_value(OrtValue* v);
+// ortrain_view_tensor makes a tensor over bytes [byte_offset, byte_offset+bytes)
+// of base's memory, wherever it lives; base keeps owning the memory.
+OrtStatus* ortrain_view_tensor(OrtValue* base, size_t byte_offset, size_t bytes, const int64_t* shape, size_t rank,
+                               int elem, OrtValue** out);
 OrtStatus* ortrain_tensor_data(OrtValue* v, void** out);
 OrtStatus* ortrain_tensor_shape(OrtValue* v, int* elem, int64_t* dims, size_t max_rank, size_t* rank);
 OrtStatus* ortrain_value_location(OrtValue* v, const char** name, int* id, int* mem_type);

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -525,4 +526,59 @@ func TestStagedInputReachesEveryRun(t *testing.T) {
 			t.Errorf("step %d: z = %v, want [%d 21 32]", step, z, step+10)
 		}
 	}
+}
+
+// TestViewsShareOneAllocation: tensors made with View over one allocation
+// are read and written in place by a run, at their offsets, and leave the
+// rest of the allocation alone: what a flat parameter buffer relies on.
+func TestViewsShareOneAllocation(t *testing.T) {
+	s := newSession(t, addModel(t))
+	in, err := s.Upload(mustTensor(t, []int64{8}, []float32{1, 2, 3, -1, 10, 20, 30, -1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := s.Upload(mustTensor(t, []int64{8}, []float32{-7, -7, -7, -7, -7, -7, -7, -7}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	view := func(v *ort.Value, at int64) *ort.Value {
+		w, err := v.View(at, []int64{1, 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		if w.Location() != s.Device() {
+			t.Fatalf("view lives on %v, want %v", w.Location(), s.Device())
+		}
+		return w
+	}
+	b, err := s.NewBinding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	must(t, b.BindInput("x", view(in, 0)), b.BindInput("y", view(in, 4)), b.BindOutput("z", view(out, 5)), b.Run())
+	host, err := s.Download(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	want := []float32{-7, -7, -7, -7, -7, 11, 22, 33}
+	if got := ort.Data[float32](host); !slices.Equal(got, want) {
+		t.Errorf("the flat output holds %v, want %v", got, want)
+	}
+	if _, err := in.View(6, []int64{3}); err == nil {
+		t.Error("a view past the end of its allocation was made")
+	}
+}
+
+func mustTensor(t *testing.T, shape []int64, x []float32) *ort.Value {
+	v, err := ort.NewTensor(shape, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return v
 }

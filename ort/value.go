@@ -29,6 +29,9 @@ type Value struct {
 	// Session.Alloc; on the CPU provider that is host memory too, and this is
 	// what tells the transfer counter which way a copy went.
 	resident bool
+	// base is the value whose memory a view (View) lies in, kept reachable
+	// so that the view's memory is not released while the view is in use.
+	base *Value
 }
 
 // NewTensor allocates a host tensor of the given shape and copies data into it.
@@ -134,6 +137,37 @@ func wrapValue(p *C.OrtValue) (*Value, error) {
 		v.loc = CUDADevice(int(id))
 	}
 	return v, nil
+}
+
+// View returns a tensor of the given type and shape over v's memory from
+// element offset on, in v's element type: what lets one device allocation
+// hold many tensors (a flat buffer whose parts a graph reads one by one and
+// another graph reads whole). Writing either writes both. The view does not
+// own the memory: v must stay open while the view is used.
+func (v *Value) View(offset int64, shape []int64) (*Value, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return nil, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+	}
+	n := Numel(shape)
+	if offset < 0 || offset+n > v.Len() {
+		return nil, fmt.Errorf("view of %d elements at %d lies outside a tensor of %d", n, offset, v.Len())
+	}
+	size := int64(v.dtype.Size())
+	var shp *C.int64_t
+	if len(shape) > 0 {
+		shp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
+	}
+	var p *C.OrtValue
+	if err := check(C.ortrain_view_tensor(v.p, C.size_t(offset*size), C.size_t(n*size), shp, C.size_t(len(shape)), C.int(v.dtype), &p)); err != nil {
+		return nil, err
+	}
+	w, err := wrapValue(p)
+	if w != nil {
+		w.resident, w.base = v.resident, v
+	}
+	return w, err
 }
 
 // DType returns the element type.
