@@ -1,0 +1,288 @@
+package autodiff
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// BatchNormalization in training, forward and backward, in as few nodes as
+// the exact formulas allow (#31: ONNX Runtime's CUDA provider launches a
+// kernel or more per node, and a ResNet-50 has 53 BatchNorm layers):
+//
+//   - the batch statistics come out in the shapes their readers take (the
+//     mean once kept for centring and once flat for the BatchNormalization
+//     node, the variance flat only);
+//   - the per-layer scalars made from M, the elements per channel
+//     (PyTorch's unbiased factor M/(M-1), the backward's 1/M), are
+//     constants where M is static and otherwise read from the batch size
+//     once for all layers (see elemsPerChannel);
+//   - the backward uses inference-mode BatchNormalization nodes as the
+//     per-channel affine maps it needs, x̂ = (x-μ)/√(σ²+ε) and
+//     γ/√(σ²+ε)·(h-c), so that no per-channel vector is reshaped to
+//     broadcast and 1/√(σ²+ε) is never formed.
+
+// sharedPrefix starts the names of the values every BatchNorm layer of a
+// graph shares; shared finds them by name.
+const sharedPrefix = "ortrain/batchnorm/"
+
+// shared returns the value named for key, made by mk (which must write it
+// with OpInto) the first time a layer asks for it.
+func shared(b *B, key string, mk func(out string)) string {
+	name := sharedPrefix + key
+	if _, ok := b.G.Infos[name]; !ok {
+		mk(name)
+	}
+	return name
+}
+
+// count is M, the elements per channel of a BatchNorm input: a number
+// where every size it multiplies is static, else a scalar value.
+type count struct {
+	n  float64
+	v  string
+	dt dtype.DType
+}
+
+// elemsPerChannel returns the elements of x over axes in type dt. A size
+// unknown before the run (the batch) is read from the tensor it was traced
+// to (graph.DimRoot: for a CNN, the input image), once per graph however
+// many layers need it, and the product with the static sizes is made once
+// per distinct product: ResNet-50's 53 layers need five.
+func elemsPerChannel(b *B, x string, dt dtype.DType, axes []int64) count {
+	xi := b.Info(x)
+	static := int64(1)
+	var dyn []string
+	for _, a := range axes {
+		if d := xi.Shape[a]; d >= 0 {
+			static *= d
+			continue
+		}
+		v, ra := b.G.DimRoot(x, int(a))
+		dyn = append(dyn, shared(b, fmt.Sprintf("dim/%s/%d/%s", v, ra, dt), func(out string) {
+			idx := b.Const(graph.Int64s("", nil, []int64{int64(ra)}))
+			b.OpInto(out, "Cast", []string{b.Op("Gather", []string{b.Shape(v), idx}, graph.AInt("axis", 0))},
+				graph.AInt("to", int64(dt)))
+		}))
+	}
+	if len(dyn) == 0 {
+		return count{n: float64(static), dt: dt}
+	}
+	slices.Sort(dyn)
+	if len(dyn) == 1 && static == 1 {
+		return count{v: dyn[0], dt: dt}
+	}
+	terms := dyn
+	if static != 1 {
+		terms = append(terms, b.Scalar(dt, float64(static)))
+	}
+	short := make([]string, len(dyn))
+	for i, d := range dyn {
+		short[i] = strings.TrimPrefix(d, sharedPrefix)
+	}
+	m := shared(b, fmt.Sprintf("count/%d*%s", static, strings.Join(short, "*")), func(out string) {
+		p := terms[0]
+		for _, t := range terms[1 : len(terms)-1] {
+			p = b.Mul(p, t)
+		}
+		b.OpInto(out, "Mul", []string{p, terms[len(terms)-1]})
+	})
+	return count{v: m, dt: dt}
+}
+
+// scalar is f(M): a constant where M is static, else f's graph form of
+// the value (made once per graph and key).
+func (c count) scalar(b *B, key string, f func(m float64) float64, op func(m, out string)) string {
+	if c.v == "" {
+		return b.Scalar(c.dt, f(c.n))
+	}
+	return shared(b, key+"("+strings.TrimPrefix(c.v, sharedPrefix)+")", func(out string) { op(c.v, out) })
+}
+
+// inverse is 1/M.
+func (c count) inverse(b *B) string {
+	return c.scalar(b, "inverse", func(m float64) float64 { return 1 / m }, func(m, out string) {
+		b.OpInto(out, "Div", []string{b.Scalar(c.dt, 1), m})
+	})
+}
+
+// unbiasedMomentum is M/(M-1)·(1-momentum), the factor the running
+// variance takes the batch's (biased) variance with: PyTorch keeps the
+// unbiased variance.
+func (c count) unbiasedMomentum(b *B, momentum float64) string {
+	return c.scalar(b, fmt.Sprintf("unbiased/%g", momentum), func(m float64) float64 { return m / (m - 1) * (1 - momentum) },
+		func(m, out string) {
+			b.OpInto(out, "Mul", []string{b.Div(m, b.Sub(m, b.Scalar(c.dt, 1))), b.Scalar(c.dt, 1-momentum)})
+		})
+}
+
+// channelFill is a vector of v shaped and typed like like (a per-channel
+// input of BatchNormalization): a constant shared by the layers of a
+// graph when its length is static.
+func channelFill(b *B, like string, v float64) string {
+	li := b.Info(like)
+	if !li.Static() || li.Rank() != 1 {
+		return b.Op("Expand", []string{b.ScalarLike(like, v), b.Shape(like)})
+	}
+	name := fmt.Sprintf("%sfill/%g/%d/%s", sharedPrefix, v, li.Shape[0], li.DType)
+	if _, ok := b.G.Infos[name]; !ok {
+		vals := make([]float64, li.Shape[0])
+		for i := range vals {
+			vals[i] = v
+		}
+		t, err := graph.Floats(name, li.DType, li.Shape, vals)
+		if err != nil {
+			return b.Fail("%v", err)
+		}
+		b.G.AddInitializer(t)
+	}
+	return name
+}
+
+// affine is inference-mode BatchNormalization: per channel,
+// scale·(x-mean)/√(variance+ε) + bias.
+func affine(b *B, n *N, x, scale, bias, mean, variance string) string {
+	return b.Op("BatchNormalization", []string{x, scale, bias, mean, variance}, graph.AFloat("epsilon", n.Float("epsilon", 1e-5)))
+}
+
+// batchNormGrad differentiates BatchNormalization in inference mode, where
+// the mean and variance are constants (frozen statistics): dX is dY
+// scaled by γ/√(σ²+ε), an affine map with no shift. Training-mode nodes
+// are rewritten by TrainingBatchNorm beforehand.
+func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
+	dx := make([]string, len(n.Inputs))
+	g := dy[0]
+	if g == "" {
+		return dx
+	}
+	if n.Int("training_mode", 0) == 1 || len(n.Outputs) > 1 {
+		b.Fail("training-mode BatchNormalization must be expanded by autodiff.TrainingBatchNorm first")
+		return dx
+	}
+	bc := append([]int64{0}, spatialAxes(b.Info(x(n)).Rank())...)
+	scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]
+	if need[0] {
+		dx[0] = affine(b, n, g, scale, channelFill(b, scale, 0), channelFill(b, v, 0), v)
+	}
+	if need[1] {
+		xhat := affine(b, n, x(n), channelFill(b, scale, 1), channelFill(b, scale, 0), mean, v)
+		dx[1] = b.ReduceSum(b.Mul(g, xhat), false, bc...)
+	}
+	if need[2] {
+		dx[2] = b.ReduceSum(g, false, bc...)
+	}
+	return dx
+}
+
+// batchNormTrainingGrad differentiates BatchNormTraining: normalisation by
+// the batch's own mean μ and variance σ² (inputs 3 and 4, computed from X
+// by TrainingBatchNorm), whose dependence on X the formula accounts for;
+// the statistics themselves get no gradient. With x̂ = (x-μ)/√(σ²+ε) and g
+// the gradient reaching the output, over all axes but channels (M
+// elements each):
+//
+//	dβ = Σg,  dγ = Σ g·x̂,  dX = γ/√(σ²+ε) · (g - x̂·dγ/M - dβ/M)
+//
+// x̂ and dX are each one BatchNormalization node (x̂'s with scale 1, dX's
+// with mean dβ/M), so the backward keeps only X and the per-channel
+// statistics from the forward and reshapes nothing but dγ.
+func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
+	dx := make([]string, len(n.Inputs))
+	g := dy[0]
+	if g == "" {
+		return dx
+	}
+	bc := append([]int64{0}, spatialAxes(b.Info(x(n)).Rank())...)
+	scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]
+	var sumG string
+	if need[0] || need[2] {
+		sumG = b.ReduceSum(g, false, bc...)
+		if need[2] {
+			dx[2] = sumG
+		}
+	}
+	if !need[0] && !need[1] {
+		return dx
+	}
+	xhat := affine(b, n, x(n), channelFill(b, scale, 1), channelFill(b, scale, 0), mean, v)
+	gx := b.Mul(g, xhat)
+	if !need[0] {
+		dx[1] = b.ReduceSum(gx, false, bc...)
+		return dx
+	}
+	sumGX := b.ReduceSum(gx, true, bc...) // dγ, shaped to broadcast over X
+	if need[1] {
+		dx[1] = b.Reshape(sumGX, b.Ints(-1))
+	}
+	inv := elemsPerChannel(b, x(n), b.Info(g).DType, bc).inverse(b)
+	h := b.Sub(g, b.Mul(xhat, b.Mul(sumGX, inv)))
+	dx[0] = affine(b, n, h, scale, channelFill(b, scale, 0), b.Mul(sumG, inv), v)
+	return dx
+}
+
+// BufferUpdate pairs a buffer input (a running statistic) with the value
+// holding its new contents after a training step.
+type BufferUpdate struct {
+	Buffer, Out string
+}
+
+// TrainingBatchNorm rewrites every BatchNormalization node into training
+// mode: the batch's mean and (biased) variance are computed with
+// elementary ops and fed to a BatchNormTraining node (a BatchNormalization
+// whose gradient rule knows its statistics are its input's, see
+// batchNormTrainingGrad), and the running statistics are updated as
+// running*momentum + batch*(1-momentum), with the variance unbiased as
+// PyTorch does, since the models and recipes ortrain trains come from
+// PyTorch. Stock ONNX Runtime has no training-mode BatchNormalization
+// gradient; this form needs none, and its backward holds only the input.
+// outName names the value each running statistic's update is written to.
+func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]BufferUpdate, error) {
+	var ups []BufferUpdate
+	seen := map[string]bool{}
+	var bns []*graph.Node
+	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *graph.Node) bool {
+		if n.Op == "BatchNormalization" && n.Domain == "" {
+			bns = append(bns, n)
+			return true
+		}
+		return false
+	})
+	for _, n := range bns {
+		b := graph.NewBuilder(g, n.Name+"/")
+		xi := g.Info(x(n))
+		if !xi.Known || xi.Rank() < 2 {
+			return nil, graph.Errorf("BatchNormalization %q: input rank unknown", n.Name)
+		}
+		axes := append([]int64{0}, spatialAxes(xi.Rank())...)
+		dt := xi.DType
+		// The mean is kept with its axes to centre X, the variance is
+		// reduced straight to the flat per-channel vector.
+		mean := b.ReduceMean(x(n), true, axes...)
+		d := b.Sub(x(n), mean)
+		flatVar := b.ReduceMean(b.Mul(d, d), false, axes...)
+		flatMean := b.Reshape(mean, b.Ints(-1))
+		g.Domains[graph.StopGradientDomain] = 1
+		g.AddNode(&graph.Node{Op: graph.BatchNormTrainingOp, Domain: graph.StopGradientDomain, Name: g.Fresh(n.Name),
+			Inputs:  []string{x(n), n.Inputs[1], n.Inputs[2], flatMean, flatVar},
+			Outputs: []string{y(n)}, Attrs: []*graph.Attr{graph.AFloat("epsilon", n.Float("epsilon", 1e-5))}})
+
+		mom := n.Float("momentum", 0.9)
+		factors := []string{b.Scalar(dt, 1-mom), elemsPerChannel(b, x(n), dt, axes).unbiasedMomentum(b, mom)}
+		for i, stat := range []string{flatMean, flatVar} {
+			buf := n.Inputs[3+i]
+			if seen[buf] {
+				return nil, graph.Errorf("running statistic %q feeds two BatchNormalization nodes", buf)
+			}
+			seen[buf] = true
+			out := b.OpInto(outName(buf), "Add", []string{b.Mul(buf, b.Scalar(dt, mom)), b.Mul(stat, factors[i])})
+			ups = append(ups, BufferUpdate{Buffer: buf, Out: out})
+		}
+		if b.Err != nil {
+			return nil, b.Err
+		}
+	}
+	return ups, g.Sort()
+}

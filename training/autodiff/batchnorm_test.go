@@ -1,0 +1,157 @@
+package autodiff_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// TestTrainingBatchNormBatchOfUnknownSize: two training-mode BatchNorm
+// layers whose batch is known only at run time (as an exported CNN's is)
+// give the gradients and running-statistic updates of the same graph with
+// the batch fixed, where every count is a constant; the first layer's
+// updates are PyTorch's (the variance unbiased with M/(M-1)); and the
+// batch size is read from the input's shape once for both layers, though
+// their counts (N·16, N·32) differ.
+func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
+	orttest.Init(t)
+	const batch, mom = 3, 0.8
+	params := map[string][]int64{"g1": {2}, "b1": {2}, "m1": {2}, "v1": {2}, "g2": {2}, "b2": {2}, "m2": {2}, "v2": {2}}
+	order := []string{"x", "r", "g1", "b1", "m1", "v1", "g2", "b2", "m2", "v2"}
+	wrt := []string{"x", "g1", "b1", "g2", "b2"}
+	build := func(n int64) *graph.Graph {
+		g := graph.New("bn", graph.EmitOpset)
+		shapes := map[string][]int64{"x": {n, 2, 4, 4}, "r": {n, 2, 4, 8}}
+		for _, name := range order {
+			shape := shapes[name]
+			if shape == nil {
+				shape = params[name]
+			}
+			g.AddInput(name, graph.Info{DType: ort.Float64, Known: true, Shape: shape})
+		}
+		b := graph.NewBuilder(g, "fwd/")
+		bn := func(h, p string) string {
+			return b.OpN("BatchNormalization", []string{h, "g" + p, "b" + p, "m" + p, "v" + p}, 3,
+				ai("training_mode", 1), af("momentum", mom))[0]
+		}
+		h := b.Relu(bn("x", "1"))
+		h = bn(b.Op("Concat", []string{h, h}, ai("axis", 3)), "2")
+		loss := b.ReduceSum(b.Mul(h, "r"), false)
+		g.FoldShapes()
+		ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Outputs = []string{loss}
+		for _, w := range wrt {
+			g.Outputs = append(g.Outputs, grads[w])
+		}
+		for _, u := range ups {
+			g.Outputs = append(g.Outputs, u.Out)
+		}
+		g.Prune()
+		g.StripStopGradients()
+		return g
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	data := map[string][]float64{"x": fill(r, normal, batch*2*16), "r": fill(r, normal, batch*2*32)}
+	feed := map[string]*ort.Value{}
+	for _, name := range order {
+		shape := params[name]
+		if name == "x" {
+			shape = s(batch, 2, 4, 4)
+		} else if name == "r" {
+			shape = s(batch, 2, 4, 8)
+		}
+		if data[name] == nil {
+			gen := normal
+			if name[0] == 'v' {
+				gen = positive
+			}
+			data[name] = fill(r, gen, int(ort.Numel(shape)))
+		}
+		feed[name] = tensor(t, ort.Float64, shape, data[name])
+		defer feed[name].Close()
+	}
+	run := func(g *graph.Graph) [][]float64 {
+		m, err := g.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, err := ort.NewSessionFromBytes(m, ort.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		outs, err := sess.Run(feed, g.Outputs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res [][]float64
+		for _, o := range outs {
+			res = append(res, values(o))
+			o.Close()
+		}
+		return res
+	}
+	dynamic, static := build(-1), build(batch)
+	// The layers' inputs are x and the Concat's output; the loss's
+	// gradient reads the shape of its own input.
+	var read []string
+	for _, n := range dynamic.Nodes {
+		if n.Op == "Shape" && (n.Inputs[0] == "x" || strings.HasPrefix(n.Inputs[0], "fwd/Concat")) {
+			read = append(read, n.Inputs[0])
+		}
+	}
+	if len(read) != 1 || read[0] != "x" {
+		t.Errorf("the BatchNorm layers read the shapes of %v, want x's once (the batch size, for both layers)", read)
+	}
+	got, want := run(dynamic), run(static)
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("%s: %d values, %d with the batch fixed", dynamic.Outputs[i], len(got[i]), len(want[i]))
+		}
+		for k := range want[i] {
+			if d := math.Abs(got[i][k] - want[i][k]); d > 1e-12*(1+math.Abs(want[i][k])) {
+				t.Errorf("%s[%d] = %.15g, %.15g with the batch fixed", dynamic.Outputs[i], k, got[i][k], want[i][k])
+			}
+		}
+	}
+	// The first layer's running statistics, computed here.
+	const m = batch * 16
+	for c := range 2 {
+		var sum, sq float64
+		for n := range batch {
+			for _, v := range data["x"][(n*2+c)*16 : (n*2+c+1)*16] {
+				sum += v
+			}
+		}
+		mean := sum / m
+		for n := range batch {
+			for _, v := range data["x"][(n*2+c)*16 : (n*2+c+1)*16] {
+				sq += (v - mean) * (v - mean)
+			}
+		}
+		wantMean := mom*data["m1"][c] + (1-mom)*mean
+		wantVar := mom*data["v1"][c] + (1-mom)*sq/(m-1)
+		outs := map[string]float64{}
+		for i, o := range dynamic.Outputs {
+			outs[o] = got[i][min(c, len(got[i])-1)]
+		}
+		for name, want := range map[string]float64{"m1.out": wantMean, "v1.out": wantVar} {
+			if d := math.Abs(outs[name] - want); d > 1e-6*(1+math.Abs(want)) {
+				t.Errorf("%s[%d] = %.15g, want %.15g", name, c, outs[name], want)
+			}
+		}
+	}
+}
