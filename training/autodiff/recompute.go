@@ -70,7 +70,7 @@ func Recompute(g *graph.Graph, forward int, keep, data map[string]bool, policy s
 	case RecomputeNone:
 		return nil, nil
 	case RecomputeCheap:
-		r.chooseCheap(keep)
+		r.chooseCheap(keep, data)
 	case RecomputeBlocks:
 		r.chooseBlocks(keep, data)
 		before := len(g.Nodes)
@@ -82,7 +82,7 @@ func Recompute(g *graph.Graph, forward int, keep, data map[string]bool, policy s
 		// backward reads the forward's: thin them with the cheap policy
 		// too, the copies counting as forward nodes.
 		c := newRecomputation(g, forward+len(g.Nodes)-before)
-		c.chooseCheap(keep)
+		c.chooseCheap(keep, data)
 		_, err = c.apply()
 		return dropped, err
 	default:
@@ -136,8 +136,11 @@ func (r *recomputation) given(v string) bool {
 }
 
 // chooseCheap drops the saved values a few cheap ops make from values
-// kept anyway.
-func (r *recomputation) chooseCheap(keep map[string]bool) {
+// kept anyway, but for those not computed from the batch: a weight's Casts
+// to the compute type are as large as the weight, not as the batch, and
+// recomputing them in the backward would only add nodes (#31).
+func (r *recomputation) chooseCheap(keep, data map[string]bool) {
+	activation := r.activations(data)
 	for _, v := range r.saved {
 		r.kept[v] = true
 	}
@@ -155,7 +158,7 @@ func (r *recomputation) chooseCheap(keep map[string]bool) {
 		return true
 	}
 	for _, v := range r.saved {
-		if keep[v] {
+		if keep[v] || !activation[v] {
 			continue
 		}
 		r.kept[v] = false
@@ -207,19 +210,7 @@ func (r *recomputation) boundaries(data map[string]bool) []string {
 			last[in] = i
 		}
 	}
-	activation := map[string]bool{}
-	for _, in := range r.g.Inputs {
-		activation[in] = data[in] || len(data) == 0
-	}
-	for _, n := range nodes {
-		fromData := false
-		for _, in := range n.Inputs {
-			fromData = fromData || activation[in]
-		}
-		for _, o := range n.Outputs {
-			activation[o] = fromData
-		}
-	}
+	activation := r.activations(data)
 	bytes := func(v string) float64 {
 		info := r.g.Info(v)
 		if !info.Known {
@@ -291,6 +282,25 @@ func (r *recomputation) boundaries(data map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// activations marks the forward values computed from the graph inputs
+// in data (all inputs when data is empty), the batch.
+func (r *recomputation) activations(data map[string]bool) map[string]bool {
+	activation := map[string]bool{}
+	for _, in := range r.g.Inputs {
+		activation[in] = data[in] || len(data) == 0
+	}
+	for _, n := range r.g.Nodes[:r.forward] {
+		fromData := false
+		for _, in := range n.Inputs {
+			fromData = fromData || activation[in]
+		}
+		for _, o := range n.Outputs {
+			activation[o] = fromData
+		}
+	}
+	return activation
 }
 
 // apply emits the recomputations in forward order, each node once and

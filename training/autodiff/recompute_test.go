@@ -298,3 +298,37 @@ func TestBackwardLeanOnMemory(t *testing.T) {
 		t.Errorf("contributions at %d (head) and %d (gather), Sum at %d", head, gather, at[sum.Outputs[0]])
 	}
 }
+
+// TestRecomputeCheapKeepsWeightCasts: under the cheap policy the backward
+// recomputes the batch's casts to float16 and back, but reads the
+// weight's from the forward pass (#31): the weight is kept anyway, and
+// its rounded copies are the weight's size, not the batch's.
+func TestRecomputeCheapKeepsWeightCasts(t *testing.T) {
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2, 3}})
+	g.AddInput("w", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{3, 4}})
+	b := graph.NewBuilder(g, "fwd/")
+	rounded := func(v string) string { return b.Cast(b.Cast(v, ort.Float16), ort.Float32) }
+	y := b.MatMul(rounded("x"), rounded("w"))
+	loss := b.ReduceSum(b.Mul(y, y), false)
+	forward := len(g.Nodes)
+	if _, err := autodiff.Gradients(g, loss, []string{"x", "w"}, "grad/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := autodiff.Recompute(g, forward, map[string]bool{loss: true}, map[string]bool{"x": true}, autodiff.RecomputeCheap); err != nil {
+		t.Fatal(err)
+	}
+	recast := map[string]int{}
+	for _, n := range g.Nodes {
+		if strings.HasSuffix(n.Name, "/recompute") && n.Op == "Cast" {
+			root := n.Inputs[0]
+			for strings.HasSuffix(root, "/recompute") {
+				root = g.Producers()[root].Inputs[0]
+			}
+			recast[root]++
+		}
+	}
+	if recast["w"] != 0 || recast["x"] != 2 {
+		t.Errorf("recomputed Casts, by the input they start from: %v; want both of x's and none of w's", recast)
+	}
+}
