@@ -77,8 +77,14 @@ func TestConvFormsNodes(t *testing.T) {
 	if ops["ConvTranspose"] != 3 || ops["MatMul"] != 0 || ops["Gemm"] != 2 || ops["Conv"] != 3+1 {
 		t.Errorf("ops form: %v; want 3 ConvTranspose, 2 Gemm, 4 Conv, no MatMul", ops)
 	}
-	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 1+9+1 || offsets["ConvTranspose"] != 0 {
-		t.Errorf("offsets form: %v; want 11 MatMul, no ConvTranspose", offsets)
+	// The offsets' products are stacked without an Unsqueeze each; the
+	// strided window's input gradient interleaves zeros along both axes
+	// with one Unsqueeze, one Pad and one Slice; a pointwise window's one
+	// offset reads all of X, unsliced. The other Slices flip the three
+	// weights (#31).
+	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 1+9+1 || offsets["ConvTranspose"] != 0 ||
+		offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 9+1+3 {
+		t.Errorf("offsets form: %v; want 11 MatMul, no ConvTranspose, 1 Unsqueeze, 2 Pad, 13 Slice", offsets)
 	}
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
 		t.Error("an unknown form parsed")

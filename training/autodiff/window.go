@@ -73,32 +73,42 @@ func convInputGrad(b *B, g, wv string, w graph.WindowAttrs, in, out []int64, gro
 		flip[i], ends[i], steps[i] = -1, math.MinInt64, -1
 	}
 	wf := b.Slice(wt, flip, ends, spatial, steps)
-	sizes := slices.Clone(out)
-	for i := range k {
-		if s := w.Strides[i]; s > 1 {
-			g = insertZeros(b, g, i, s, sizes)
-			sizes[i] = s*(sizes[i]-1) + 1
-		}
-	}
+	g = insertZeros(b, g, w.Strides, out)
 	return b.Op("Conv", []string{g, wf}, graph.AInts("pads", pads), graph.AInts("dilations", w.Dilations), graph.AInt("group", group))
 }
 
 // insertZeros puts s-1 zeros between neighbouring samples of g along
-// spatial axis i of a tensor [N, C, sizes...]: size o becomes s(o-1)+1.
-// sizes are given rather than inferred because the batch may be symbolic.
-func insertZeros(b *B, g string, i int, s int64, sizes []int64) string {
-	a := int64(2 + i)
-	r := int64(len(sizes) + 2)
-	u := b.Unsqueeze(g, a+1) // [.., o, 1, ..]
-	pads := make([]int64, 2*(r+1))
-	pads[r+1+a+1] = s - 1 // at the end of the new axis: [.., o, s, ..]
-	p := b.Op("Pad", []string{u, b.Ints(pads...)})
+// every spatial axis i of stride s = strides[i] > 1, of a tensor
+// [N, C, sizes...]: size o becomes s(o-1)+1. All the axes at once, in four
+// nodes: a size-1 axis after each (Unsqueeze), padded to s (Pad), merged
+// into it (Reshape) and the trailing zeros cut (Slice). sizes are given
+// rather than inferred because the batch may be symbolic.
+func insertZeros(b *B, g string, strides, sizes []int64) string {
+	var strided []int
+	for i, s := range strides {
+		if s > 1 {
+			strided = append(strided, i)
+		}
+	}
+	if len(strided) == 0 {
+		return g
+	}
+	r := len(sizes) + 2 + len(strided) // the rank with the new axes
+	var newAxes, sliceAxes, ends []int64
+	pads := make([]int64, 2*r)
+	for j, i := range strided {
+		a := int64(2 + i + j + 1) // after axis 2+i, past the j new axes before it
+		newAxes = append(newAxes, a)
+		pads[r+int(a)] = strides[i] - 1 // at the end of the new axis: [.., o, s, ..]
+		sliceAxes = append(sliceAxes, int64(2+i))
+		ends = append(ends, strides[i]*(sizes[i]-1)+1)
+	}
+	p := b.Op("Pad", []string{b.Unsqueeze(g, newAxes...), b.Ints(pads...)})
 	shape := []int64{0, 0} // Reshape's 0 keeps batch and channels
-	shape = append(shape, sizes...)
-	o := sizes[i]
-	shape[a] = o * s
-	merged := b.Reshape(p, b.Ints(shape...))
-	return b.Slice(merged, []int64{0}, []int64{s*(o-1) + 1}, []int64{a}, nil)
+	for i, o := range sizes {
+		shape = append(shape, o*max(strides[i], 1))
+	}
+	return b.Slice(b.Reshape(p, b.Ints(shape...)), make([]int64, len(ends)), ends, sliceAxes, nil)
 }
 
 // convWeightGrad is the weight gradient of the convolution of xv (spatial
@@ -214,13 +224,22 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 	offset := make([]int64, k)
 	for {
 		starts, ends := make([]int64, k), make([]int64, k)
+		whole := true // the offset reads all of X̄, as a pointwise window's one does
 		for i := range k {
 			starts[i] = offset[i] * w.Dilations[i]
 			ends[i] = starts[i] + w.Strides[i]*(out[i]-1) + 1
+			whole = whole && starts[i] == 0 && w.Strides[i] == 1 && ends[i] == in[i]+w.Pads[i]+w.Pads[k+i]
 		}
-		xs := b.Reshape(b.Slice(xt, starts, ends, axes, w.Strides), b.Ints(wshape[1], -1)) // [C, N·P]
-		parts = append(parts, b.Unsqueeze(b.MatMul(xs, gt), 2))                            // [C, M, 1]
-		i := k - 1                                                                         // next offset, the last kernel axis fastest as in W's layout
+		xs := xt
+		if !whole {
+			xs = b.Slice(xt, starts, ends, axes, w.Strides)
+		}
+		// [C, 1, N·P] times [N·P, M] is one GEMM (the left operand's
+		// leading axes fold into its rows) giving [C, 1, M], the offset's
+		// slot of [C, K, M]: no Unsqueeze per offset to stack them.
+		xs = b.Reshape(xs, b.Ints(wshape[1], 1, -1))
+		parts = append(parts, b.MatMul(xs, gt))
+		i := k - 1 // next offset, the last kernel axis fastest as in W's layout
 		for ; i >= 0; i-- {
 			if offset[i]++; offset[i] < w.Kernel[i] {
 				break
@@ -231,8 +250,11 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 			break
 		}
 	}
-	dw := b.Op("Concat", parts, graph.AInt("axis", 2)) // [C, M, K]
-	return b.Reshape(b.Transpose(dw, 1, 0, 2), b.Ints(wshape...))
+	dw := parts[0]
+	if len(parts) > 1 {
+		dw = b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M]
+	}
+	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
 }
 
 // convTransposeGrad: ConvTranspose is the adjoint of the Conv with the
