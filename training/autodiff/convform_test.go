@@ -46,7 +46,8 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 // TestConvFormsNodes checks what each form writes for a ResNet
 // bottleneck's convolutions: the ops form a ConvTranspose per input
 // gradient and one Conv or Gemm per weight gradient, no per-offset
-// MatMul; the offsets form one MatMul per kernel offset.
+// MatMul; the offsets form one MatMul per kernel offset of a 3×3 window
+// and one Gemm for a 1×1.
 func TestConvFormsNodes(t *testing.T) {
 	count := func(f autodiff.ConvForm) map[string]int {
 		g := graph.New("bottleneck", graph.EmitOpset)
@@ -77,14 +78,14 @@ func TestConvFormsNodes(t *testing.T) {
 	if ops["ConvTranspose"] != 3 || ops["MatMul"] != 0 || ops["Gemm"] != 2 || ops["Conv"] != 3+1 {
 		t.Errorf("ops form: %v; want 3 ConvTranspose, 2 Gemm, 4 Conv, no MatMul", ops)
 	}
-	// The offsets' products are stacked without an Unsqueeze each; the
-	// strided window's input gradient interleaves zeros along both axes
-	// with one Unsqueeze, one Pad and one Slice; a pointwise window's one
-	// offset reads all of X, unsliced. The other Slices flip the three
-	// weights (#31).
-	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 1+9+1 || offsets["ConvTranspose"] != 0 ||
-		offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 9+1+3 {
-		t.Errorf("offsets form: %v; want 11 MatMul, no ConvTranspose, 1 Unsqueeze, 2 Pad, 13 Slice", offsets)
+	// The offsets' products are stacked without an Unsqueeze each; a
+	// 1×1 window's one offset is a Gemm on all of X, unsliced, and its
+	// weight needs no flip; the strided window's input gradient
+	// interleaves zeros along both axes with one Unsqueeze, one Pad and
+	// one Slice (#31).
+	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 9 || offsets["Gemm"] != 2 || offsets["ConvTranspose"] != 0 ||
+		offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 9+1+1 {
+		t.Errorf("offsets form: %v; want 9 MatMul, 2 Gemm, no ConvTranspose, 1 Unsqueeze, 2 Pad, 11 Slice", offsets)
 	}
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
 		t.Error("an unknown form parsed")

@@ -60,19 +60,27 @@ func convInputGrad(b *B, g, wv string, w graph.WindowAttrs, in, out []int64, gro
 	spatial := spatialAxes(k + 2)
 	// W [M, C/g, k...] → [C, M/g, k...]: swap the channel roles per group.
 	m, cg := wi.Shape[0], wi.Shape[1]
-	wr := b.Reshape(wv, b.Ints(append([]int64{group, m / group, cg}, wi.Shape[2:]...)...))
-	perm := []int64{0, 2, 1}
-	for i := range k {
-		perm = append(perm, int64(3+i))
+	var wt string
+	if group == 1 {
+		wt = b.Transpose(wv, append([]int64{1, 0}, spatial...)...) // no group axis to split off
+	} else {
+		wr := b.Reshape(wv, b.Ints(append([]int64{group, m / group, cg}, wi.Shape[2:]...)...))
+		perm := []int64{0, 2, 1}
+		for i := range k {
+			perm = append(perm, int64(3+i))
+		}
+		wt = b.Reshape(b.Transpose(wr, perm...), b.Ints(append([]int64{group * cg, m / group}, wi.Shape[2:]...)...))
 	}
-	wt := b.Reshape(b.Transpose(wr, perm...), b.Ints(append([]int64{group * cg, m / group}, wi.Shape[2:]...)...))
 	flip := make([]int64, k)
 	ends := make([]int64, k)
 	steps := make([]int64, k)
 	for i := range k {
 		flip[i], ends[i], steps[i] = -1, math.MinInt64, -1
 	}
-	wf := b.Slice(wt, flip, ends, spatial, steps)
+	wf := wt
+	if slices.ContainsFunc(w.Kernel, func(n int64) bool { return n > 1 }) { // a 1×1 window is its own flip
+		wf = b.Slice(wt, flip, ends, spatial, steps)
+	}
 	g = insertZeros(b, g, w.Strides, out)
 	return b.Op("Conv", []string{g, wf}, graph.AInts("pads", pads), graph.AInts("dilations", w.Dilations), graph.AInt("group", group))
 }
@@ -198,7 +206,7 @@ func convWeightGradPointwise(b *B, xv, g string, wshape []int64) string {
 // convWeightGradGEMM computes dW[m,c,κ] = Σ_{n,o} dY[n,m,o]·X̄[n,c,o·s+κ·d]
 // (X̄ the padded input) as one matrix product per kernel offset κ:
 // the strided slice of X̄ that offset reads, as [C, N·P], times dY as
-// [N·P, M]. Written as a Conv whose kernel is the whole output map, ONNX
+// [N·P, M] (for a 1×1 window, dY's transpose times the slice's). Written as a Conv whose kernel is the whole output map, ONNX
 // Runtime's CPU provider runs it several times slower, materialising a
 // kernel-sized im2col for every offset.
 func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
@@ -234,6 +242,12 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 		if !whole {
 			xs = b.Slice(xt, starts, ends, axes, w.Strides)
 		}
+		if !slices.ContainsFunc(w.Kernel, func(n int64) bool { return n > 1 }) {
+			// One offset: dW = dYᵀ·Xᵀ, [M, N·P] by [N·P, C], transposed
+			// in the GEMM rather than after it.
+			dw := b.Op("Gemm", []string{gt, b.Reshape(xs, b.Ints(wshape[1], -1))}, graph.AInt("transA", 1), graph.AInt("transB", 1))
+			return b.Reshape(dw, b.Ints(wshape...))
+		}
 		// [C, 1, N·P] times [N·P, M] is one GEMM (the left operand's
 		// leading axes fold into its rows) giving [C, 1, M], the offset's
 		// slot of [C, K, M]: no Unsqueeze per offset to stack them.
@@ -250,10 +264,7 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 			break
 		}
 	}
-	dw := parts[0]
-	if len(parts) > 1 {
-		dw = b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M]
-	}
+	dw := b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M]
 	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
 }
 
