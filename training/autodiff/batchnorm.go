@@ -186,9 +186,10 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 //
 //	dβ = Σg,  dγ = Σ g·x̂,  dX = γ/√(σ²+ε) · (g - x̂·dγ/M - dβ/M)
 //
-// x̂ and dX are each one BatchNormalization node (x̂'s with scale 1, dX's
-// with mean dβ/M), so the backward keeps only X and the per-channel
-// statistics from the forward and reshapes nothing but dγ.
+// x̂, x̂·dγ/M and dX are each one BatchNormalization node (x̂'s with
+// scale 1, x̂·dγ/M's with scale dγ/M, dX's with mean dβ/M), so the
+// backward keeps only X and the per-channel statistics from the forward
+// and reshapes nothing.
 func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	dx := make([]string, len(n.Inputs))
 	g := dy[0]
@@ -213,12 +214,18 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 		dx[1] = b.ReduceSum(gx, false, bc...)
 		return dx
 	}
-	sumGX := b.ReduceSum(gx, true, bc...) // dγ, shaped to broadcast over X
+	sumGX := b.ReduceSum(gx, false, bc...)
 	if need[1] {
-		dx[1] = b.Reshape(sumGX, b.Ints(-1))
+		dx[1] = sumGX
 	}
 	inv := elemsPerChannel(b, x(n), b.Info(g).DType, bc).inverse(b)
-	h := b.Sub(g, b.Mul(xhat, b.Mul(sumGX, inv)))
+	// x̂·dγ/M is x normalised with scale dγ/M, which takes the flat dγ
+	// (in the scale's type, should the gradient's differ).
+	u := b.Mul(sumGX, inv)
+	if dt := b.Info(scale).DType; b.Info(u).DType != dt {
+		u = b.Cast(u, dt)
+	}
+	h := b.Sub(g, affine(b, n, x(n), u, channelFill(b, scale, 0), mean, v))
 	dx[0] = affine(b, n, h, scale, channelFill(b, scale, 0), b.Mul(sumG, inv), v)
 	return dx
 }
