@@ -247,7 +247,6 @@ type BufferUpdate struct {
 // gradient; this form needs none, and its backward holds only the input.
 // outName names the value each running statistic's update is written to.
 func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]BufferUpdate, error) {
-	var ups []BufferUpdate
 	seen := map[string]bool{}
 	var bns []*graph.Node
 	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *graph.Node) bool {
@@ -257,6 +256,7 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 		}
 		return false
 	})
+	var stats []runningStat
 	for _, n := range bns {
 		b := graph.NewBuilder(g, n.Name+"/")
 		xi := g.Info(x(n))
@@ -277,19 +277,131 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 			Outputs: []string{y(n)}, Attrs: []*graph.Attr{graph.AFloat("epsilon", n.Float("epsilon", 1e-5))}})
 
 		mom := n.Float("momentum", 0.9)
-		factors := []string{b.Scalar(dt, 1-mom), elemsPerChannel(b, x(n), dt, axes).unbiasedMomentum(b, mom)}
+		c := elemsPerChannel(b, x(n), dt, axes)
 		for i, stat := range []string{flatMean, flatVar} {
 			buf := n.Inputs[3+i]
 			if seen[buf] {
 				return nil, graph.Errorf("running statistic %q feeds two BatchNormalization nodes", buf)
 			}
 			seen[buf] = true
-			out := b.OpInto(outName(buf), "Add", []string{b.Mul(buf, b.Scalar(dt, mom)), b.Mul(stat, factors[i])})
-			ups = append(ups, BufferUpdate{Buffer: buf, Out: out})
+			st := runningStat{at: len(stats), buf: buf, stat: stat, out: outName(buf), mom: mom, factor: 1 - mom}
+			if i == 1 {
+				if c.v == "" {
+					st.factor = c.n / (c.n - 1) * (1 - mom)
+				} else {
+					st.factorValue = c.unbiasedMomentum(b, mom)
+				}
+			}
+			stats = append(stats, st)
 		}
 		if b.Err != nil {
 			return nil, b.Err
 		}
 	}
+	ups, err := updateRunningStats(g, stats)
+	if err != nil {
+		return nil, err
+	}
 	return ups, g.Sort()
+}
+
+// runningStat is one running statistic's update, out = buf·mom +
+// stat·factor, the factor a number or, where the batch size is known only
+// at run time, the scalar factorValue.
+type runningStat struct {
+	at             int // the order of the updates returned
+	buf, stat, out string
+	mom, factor    float64
+	factorValue    string
+}
+
+// updateRunningStats writes the running statistics' updates: those of a
+// type and of static length all at once, as one buffer·momentum +
+// statistic·factor over their concatenation, split into the outputs (a
+// ResNet-50's 106 statistics in a dozen nodes rather than six nodes
+// each); the factors are one constant vector but for those computed at
+// run time, broadcast once per distinct value. Any other is updated on
+// its own. Each element's arithmetic is the same either way.
+func updateRunningStats(g *graph.Graph, stats []runningStat) ([]BufferUpdate, error) {
+	b := graph.NewBuilder(g, sharedPrefix+"running/")
+	ups := make([]BufferUpdate, len(stats))
+	groups := map[dtype.DType][]runningStat{}
+	var types []dtype.DType
+	for _, st := range stats {
+		bi := g.Info(st.buf)
+		if !g.Info(st.stat).Static() || !bi.Static() || bi.Rank() != 1 {
+			factor := st.factorValue
+			if factor == "" {
+				factor = b.Scalar(bi.DType, st.factor)
+			}
+			b.OpInto(st.out, "Add", []string{b.Mul(st.buf, b.Scalar(bi.DType, st.mom)), b.Mul(st.stat, factor)})
+			ups[st.at] = BufferUpdate{Buffer: st.buf, Out: st.out}
+			continue
+		}
+		if groups[bi.DType] == nil {
+			types = append(types, bi.DType)
+		}
+		groups[bi.DType] = append(groups[bi.DType], st)
+	}
+	for _, dt := range types {
+		group := groups[dt]
+		// Constant factors first, then those computed at run time, each
+		// value's statistics together.
+		slices.SortStableFunc(group, func(a, c runningStat) int { return strings.Compare(a.factorValue, c.factorValue) })
+		var bufs, vals, outs []string
+		var moms, consts []float64
+		var factors []string
+		var lengths []int64
+		flush := func() {
+			if len(consts) > 0 {
+				t, err := graph.Floats("", dt, []int64{int64(len(consts))}, consts)
+				if err != nil {
+					b.Fail("%v", err)
+					return
+				}
+				factors, consts = append(factors, b.Const(t)), nil
+			}
+		}
+		for i, st := range group {
+			n := g.Info(st.buf).Shape[0]
+			bufs, vals, outs = append(bufs, st.buf), append(vals, st.stat), append(outs, st.out)
+			lengths = append(lengths, n)
+			for range n {
+				moms = append(moms, st.mom)
+			}
+			if st.factorValue == "" {
+				for range n {
+					consts = append(consts, st.factor)
+				}
+				continue
+			}
+			flush()
+			run := n // this value's statistics, all of them after any constant one
+			for _, next := range group[i+1:] {
+				if next.factorValue != st.factorValue {
+					break
+				}
+				run += g.Info(next.buf).Shape[0]
+			}
+			if i == 0 || group[i-1].factorValue != st.factorValue {
+				factors = append(factors, b.Op("Expand", []string{st.factorValue, b.Ints(run)}))
+			}
+		}
+		flush()
+		factor := factors[0]
+		if len(factors) > 1 {
+			factor = b.Concat(0, factors...)
+		}
+		momT, err := graph.Floats("", dt, []int64{int64(len(moms))}, moms)
+		if err != nil {
+			return nil, err
+		}
+		all := b.Add(b.Mul(b.Concat(0, bufs...), b.Const(momT)), b.Mul(b.Concat(0, vals...), factor))
+		g.AddNode(&graph.Node{Op: "Split", Name: g.Fresh(sharedPrefix + "running/Split"),
+			Inputs: []string{all, b.Ints(lengths...)}, Outputs: outs, Attrs: []*graph.Attr{graph.AInt("axis", 0)}})
+		for _, st := range group {
+			ups[st.at] = BufferUpdate{Buffer: st.buf, Out: st.out}
+		}
+	}
+	return ups, b.Err
 }

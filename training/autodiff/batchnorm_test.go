@@ -16,9 +16,10 @@ import (
 // layers whose batch is known only at run time (as an exported CNN's is)
 // give the gradients and running-statistic updates of the same graph with
 // the batch fixed, where every count is a constant; the first layer's
-// updates are PyTorch's (the variance unbiased with M/(M-1)); and the
-// batch size is read from the input's shape once for both layers, though
-// their counts (N·16, N·32) differ.
+// updates are PyTorch's (the variance unbiased with M/(M-1)); the batch
+// size is read from the input's shape once for both layers, though their
+// counts (N·16, N·32) differ; and all four statistics are updated by one
+// Split of one update.
 func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
 	orttest.Init(t)
 	const batch, mom = 3, 0.8
@@ -115,6 +116,21 @@ func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
 	}
 	if len(read) != 1 || read[0] != "x" {
 		t.Errorf("the BatchNorm layers read the shapes of %v, want x's once (the batch size, for both layers)", read)
+	}
+	// The four running statistics are updated together: one Split writes
+	// them all.
+	for _, g := range []*graph.Graph{dynamic, static} {
+		writers := map[string]int{}
+		for _, n := range g.Nodes {
+			for _, o := range n.Outputs {
+				if strings.HasSuffix(o, ".out") {
+					writers[n.Op]++
+				}
+			}
+		}
+		if writers["Split"] != 4 || len(writers) != 1 {
+			t.Errorf("the running statistics are written by %v, want one Split", writers)
+		}
 	}
 	got, want := run(dynamic), run(static)
 	for i := range want {
