@@ -178,12 +178,27 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		grads[v] = []string{s} // fan-out summed once
 		return s
 	}
+	prod := g.Producers()
+	readers, outputs := readerCounts(g)
 	for _, n := range path { // reverse topological order
 		dy := make([]string, len(n.Outputs))
+		got := false
 		for i, o := range n.Outputs {
 			if active[o] {
 				dy[i] = total(o)
+				got = got || dy[i] != ""
 			}
+		}
+		// A node whose outputs get no gradient passes none on: the inner
+		// nodes of a pattern differentiated as a whole (normfuse.go).
+		if !got {
+			continue
+		}
+		if c, ok := normPattern(g, n, prod, readers, outputs, active); ok {
+			if active[c.x] && reach[c.x] {
+				grads[c.x] = append(grads[c.x], normChainGrad(b, n, c, dy[0]))
+			}
+			continue
 		}
 		need := make([]bool, len(n.Inputs))
 		for i, in := range n.Inputs {
