@@ -1,6 +1,12 @@
 package autodiff
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/ort/onnxpb"
+	"github.com/ortrain/ortrain/training/graph"
+)
 
 // The normalisations share one backward: with x̂ = (x - mean)·invstd over
 // the normalised axes and gh the gradient reaching x̂ (dY times the
@@ -15,6 +21,42 @@ func normStats(b *B, xv string, axes []int64, eps float64) (xhat, invstd string)
 	v := b.ReduceMean(b.Mul(d, d), true, axes...)
 	invstd = b.Div(b.ScalarLike(xv, 1), b.Sqrt(b.Add(v, b.ScalarLike(xv, eps))))
 	return b.Mul(d, invstd), invstd
+}
+
+// maxUnitScale bounds the all-ones scale layerNormStats writes as a
+// constant; a longer normalised extent (a LayerNorm over image axes) keeps
+// the elementary statistics rather than a constant of its size.
+const maxUnitScale = 1 << 16
+
+// layerNormStats returns x̂ and invstd over the axes from axis on as one
+// LayerNormalization node, x̂ = LayerNormalization(x; 1) and its InvStdDev
+// output, in place of normStats' 8 nodes: the kernel the forward ran, so
+// the statistics are the forward's own. Only for float32 x (the statistics'
+// type, stash_type 1) of static normalised shape; ok is false otherwise.
+func layerNormStats(b *B, xv string, axis int64, eps float64) (xhat, invstd string, ok bool) {
+	xi := b.Info(xv)
+	if b.Err != nil || !xi.Known || xi.DType != dtype.Float32 || int(axis) >= xi.Rank() {
+		return "", "", false
+	}
+	norm := xi.Shape[axis:]
+	if slices.Contains(norm, -1) || numel(norm) > maxUnitScale {
+		return "", "", false
+	}
+	ones := make([]float32, numel(norm))
+	for i := range ones {
+		ones[i] = 1
+	}
+	scale := b.Const(graph.Float32s("", slices.Clone(norm), ones))
+	xhat, invstd = b.G.Fresh(b.Prefix+"xhat"), b.G.Fresh(b.Prefix+"invstd")
+	b.G.AddNode(&graph.Node{Op: "LayerNormalization", Name: b.G.Fresh(b.Prefix + "LayerNormalization"),
+		Inputs: []string{xv, scale}, Outputs: []string{xhat, "", invstd},
+		Attrs: []*onnxpb.AttributeProto{graph.AInt("axis", axis), graph.AFloat("epsilon", eps)}})
+	stat := slices.Clone(xi.Shape)
+	for i := axis; i < int64(len(stat)); i++ {
+		stat[i] = 1
+	}
+	b.G.Infos[invstd] = graph.Info{DType: dtype.Float32, Known: true, Shape: stat}
+	return xhat, invstd, b.Err == nil
 }
 
 func normInputGrad(b *B, xhat, invstd, gh string, axes []int64) string {
@@ -53,7 +95,10 @@ func layerNormGrad(b *B, n *N, dy []string, need []bool) []string {
 		ax += r
 	}
 	axes := span(ax, r)
-	xhat, invstd := normStats(b, x(n), axes, n.Float("epsilon", 1e-5))
+	xhat, invstd, ok := layerNormStats(b, x(n), int64(ax), n.Float("epsilon", 1e-5))
+	if !ok {
+		xhat, invstd = normStats(b, x(n), axes, n.Float("epsilon", 1e-5))
+	}
 	if need[0] {
 		dx[0] = normInputGrad(b, xhat, invstd, b.Mul(g, n.Inputs[1]), axes)
 	}
