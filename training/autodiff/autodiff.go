@@ -223,6 +223,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 	}
 	foldExpands(g, backward, out)
+	foldReduceSums(g, backward, out, prefix)
 	rowScaleThroughGemm(g, backward)
 	fullOperandFirst(g, backward)
 	earliestContributionLast(g, backward)

@@ -39,7 +39,23 @@ func groupNormChain(groups int64) func(b *graph.Builder, x []string) string {
 	}
 }
 
+// groupNormFlatAffine is nn.GroupNorm exactly: weight and bias [C],
+// reshaped to [C, 1, ...] in the forward, so their gradients are reduced
+// by one ReduceSum each (foldReduceSums).
+func groupNormFlatAffine(groups int64) func(b *graph.Builder, x []string) string {
+	return func(b *graph.Builder, x []string) string {
+		xi := b.Info(x[0])
+		bshape := append([]int64{xi.Shape[1]}, make([]int64, xi.Rank()-2)...)
+		for i := 1; i < len(bshape); i++ {
+			bshape[i] = 1
+		}
+		w, c := b.Reshape(x[1], b.Ints(bshape...)), b.Reshape(x[2], b.Ints(bshape...))
+		return groupNormChain(groups)(b, []string{x[0], w, c})
+	}
+}
+
 var normChainCases = []fdCase{
+	{name: "NormChain/groupnorm-flat-affine-3d", dtype: f64, ins: ins(normal, s(2, 6, 2, 3, 2), s(6), s(6)), build: groupNormFlatAffine(3)},
 	{name: "NormChain/groupnorm-affine-3d", dtype: f64, ins: ins(normal, s(2, 4, 3, 2, 2), s(4, 1, 1, 1), s(4, 1, 1, 1)), build: groupNormChain(2)},
 	{name: "NormChain/last-axis-eps-first", dtype: f64, ins: ins(normal, s(3, 5)), build: func(b *graph.Builder, x []string) string {
 		return normChain(b, x[0], 1e-3, true, false, -1)
@@ -84,5 +100,33 @@ func TestNormChainNodes(t *testing.T) {
 	}
 	if ops := backward(true); ops["Expand"] < 3 {
 		t.Errorf("a chain whose d is read elsewhere was fused: backward %v", ops)
+	}
+}
+
+// TestGroupNormAffineOneReduceSum checks that the gradients of nn.GroupNorm's
+// [C] weight and bias, reshaped to [C, 1, 1, 1] in the forward, are each
+// one ReduceSum and a Reshape (fails before: two ReduceSums each, the
+// broadcast axes then the batch axis).
+func TestGroupNormAffineOneReduceSum(t *testing.T) {
+	g := graph.New("gn", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 8, 4, 4, 4}})
+	g.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8}})
+	g.AddInput("c", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8}})
+	b := graph.NewBuilder(g, "fwd/")
+	y := groupNormFlatAffine(4)(b, []string{"x", "w", "c"})
+	loss := b.ReduceMean(b.Mul(y, y), false)
+	grads, err := autodiff.Gradients(g, loss, []string{"w", "c"}, "grad/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := g.Producers()
+	for _, w := range []string{"w", "c"} {
+		r := prod[grads[w]]
+		if r == nil || r.Op != "Reshape" {
+			t.Fatalf("d%s is made by %v, want a Reshape", w, r)
+		}
+		if s := prod[r.Inputs[0]]; s == nil || s.Op != "ReduceSum" || prod[s.Inputs[0]] == nil || prod[s.Inputs[0]].Op == "ReduceSum" {
+			t.Errorf("d%s: the Reshape reads %v, want one ReduceSum of a product", w, s)
+		}
 	}
 }
