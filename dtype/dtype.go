@@ -64,6 +64,24 @@ func ParseDType(s string) (DType, error) {
 	return 0, fmt.Errorf("unknown element type %q (want one of float32, float16, bfloat16, float64, int64, int32, int8, uint8, bool)", s)
 }
 
+// MarshalText writes the type's name, so that JSON holds "float32" rather
+// than ONNX's number for it.
+func (d DType) MarshalText() ([]byte, error) {
+	if _, ok := dtypeNames[d]; !ok {
+		return nil, fmt.Errorf("element type %d has no name", int32(d))
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText reads a name MarshalText wrote.
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err == nil {
+		*d = v
+	}
+	return err
+}
+
 // Float16Bits is an IEEE 754 half-precision number as stored in a tensor.
 type Float16Bits uint16
 

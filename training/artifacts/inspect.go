@@ -189,8 +189,8 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 		r.State += size(p.Name)
 	}
 	for _, gr := range m.Gradients {
-		state[gr.Acc], state[gr.Out] = true, true
-		r.State += 2 * size(gr.Acc)
+		state[gr.Name()], state[gr.Out] = true, true
+		r.State += 2 * size(gr.Param)
 	}
 	for _, st := range m.Optimizer.States {
 		r.State += 2 * size(st.Param)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -20,7 +21,9 @@ import (
 const Version = "0.1.0"
 
 // FormatVersion is the version of the artifact format SPEC.md describes.
-const FormatVersion = 1
+// Version 2 added the optimizer's flat groups (Optimizer.Groups); version 1
+// artifacts (a per-parameter optimizer graph) are still read.
+const FormatVersion = 2
 
 // File names inside an artifact directory.
 const (
@@ -31,7 +34,9 @@ const (
 	ManifestFile  = "manifest.json"
 )
 
-// Reset is the training graph's rank-0 bool input: true makes the step's
+// Reset is the rank-0 bool input of a training graph that accumulates
+// (version 1 and imported artifacts; Manifest.Reset names it, "" when the
+// graph writes each micro-batch's gradients alone): true makes the step's
 // gradient replace the accumulators instead of adding to them.
 const Reset = "reset"
 
@@ -60,8 +65,20 @@ type Pair struct {
 // Acc and output Out, which the optimizer graph reads as input Acc.
 type Gradient struct {
 	Param string `json:"param"`
-	Acc   string `json:"acc"`
-	Out   string `json:"out"`
+	// Acc is the accumulator input; "" for a graph that writes each
+	// micro-batch's gradient alone (the trainer sums micro-batches).
+	Acc string `json:"acc,omitempty"`
+	Out string `json:"out"`
+}
+
+// Name is the per-parameter gradient tensor's name, what the optimizer's
+// flat groups call it: the accumulator input where the graph has one, else
+// grad.<param>.
+func (g Gradient) Name() string {
+	if g.Acc != "" {
+		return g.Acc
+	}
+	return optim.GradName(g.Param)
 }
 
 // Optimizer records the optimizer graph's settings and interface.
@@ -76,6 +93,12 @@ type Optimizer struct {
 	// is finite (absent in artifacts from older versions and imports).
 	UpdateFiniteOutput string  `json:"update_finite_output,omitempty"`
 	States             []State `json:"states"`
+	// Groups, when present, say that the optimizer graph reads and writes
+	// parameters, gradients and state as flat tensors (optim.Group): a
+	// trainer keeps each as one allocation, and the per-parameter tensors
+	// the training graph and checkpoints see are views of it. Absent, the
+	// graph reads every tensor by its own name (version 1, imports).
+	Groups []optim.Group `json:"groups,omitempty"`
 }
 
 // State is an optimizer state tensor, zeros of its parameter's shape at the
@@ -190,8 +213,81 @@ func Load(dir string) (*Manifest, error) {
 	if err := json.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("artifacts: %s: %w", ManifestFile, err)
 	}
-	if m.Format != "ortrain.artifacts" || m.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("artifacts: %s is format %q version %d; this ortrain reads ortrain.artifacts version %d", dir, m.Format, m.FormatVersion, FormatVersion)
+	if m.Format != "ortrain.artifacts" || m.FormatVersion < 1 || m.FormatVersion > FormatVersion {
+		return nil, fmt.Errorf("artifacts: %s is format %q version %d; this ortrain reads ortrain.artifacts versions 1 to %d", dir, m.Format, m.FormatVersion, FormatVersion)
+	}
+	if err := m.checkGroups(); err != nil {
+		return nil, fmt.Errorf("artifacts: %s: optimizer groups: %w", filepath.Join(dir, ManifestFile), err)
 	}
 	return m, nil
+}
+
+// checkGroups checks that the optimizer's flat groups place every trained
+// parameter once, inside its group's tensors, without overlap, with the
+// parameter's type and shape, and that every per-parameter tensor a flat
+// tensor holds is one the manifest names: a trainer makes device views from
+// these numbers.
+func (m *Manifest) checkGroups() error {
+	groups := m.Optimizer.Groups
+	if len(groups) == 0 {
+		return nil
+	}
+	params := map[string]Tensor{}
+	for _, p := range m.Params {
+		params[p.Name] = p
+	}
+	states := map[string]bool{}
+	for _, s := range m.Optimizer.States {
+		states[s.Name] = true
+	}
+	placed := map[string]bool{}
+	flat := map[string]bool{}
+	for gi, g := range groups {
+		if !g.DType.Supported() || g.DType.Size() == 0 {
+			return fmt.Errorf("group %d has element type %v", gi, g.DType)
+		}
+		var end int64
+		for _, mb := range g.Members {
+			p, ok := params[mb.Param]
+			switch {
+			case !ok:
+				return fmt.Errorf("group %d places %q, which is not a trained parameter", gi, mb.Param)
+			case placed[mb.Param]:
+				return fmt.Errorf("%q is placed twice", mb.Param)
+			case p.DType != g.DType.String() || !slices.Equal(p.Shape, mb.Shape) || mb.Len != dtype.Numel(p.Shape):
+				return fmt.Errorf("group %d places %q as %v%v (%d elements); the parameter is %s%v", gi, mb.Param, g.DType, mb.Shape, mb.Len, p.DType, p.Shape)
+			case mb.Offset < end || mb.Len < 0 || mb.Offset > g.Size-mb.Len:
+				return fmt.Errorf("group %d places %q at [%d, %d), overlapping another or outside its %d elements", gi, mb.Param, mb.Offset, mb.Offset+mb.Len, g.Size)
+			}
+			placed[mb.Param] = true
+			end = mb.Offset + mb.Len
+		}
+		if g.Size > 2*end+1<<20 {
+			return fmt.Errorf("group %d has %d elements for members ending at %d", gi, g.Size, end)
+		}
+		roles := map[string]bool{}
+		for _, f := range g.Flat {
+			if flat[f.Name] || f.Name == "" {
+				return fmt.Errorf("flat tensor %q named twice or empty", f.Name)
+			}
+			flat[f.Name], roles[f.Prefix] = true, true
+			if f.Prefix == "" || f.Prefix == optim.GradName("") {
+				continue
+			}
+			for _, mb := range g.Members {
+				if !states[f.Prefix+mb.Param] {
+					return fmt.Errorf("flat tensor %q holds %q, which is not an optimizer state", f.Name, f.Prefix+mb.Param)
+				}
+			}
+		}
+		if !roles[""] || !roles[optim.GradName("")] {
+			return fmt.Errorf("group %d has no flat parameters or gradients", gi)
+		}
+	}
+	for _, p := range m.Params {
+		if !placed[p.Name] {
+			return fmt.Errorf("trained parameter %q is in no group", p.Name)
+		}
+	}
+	return nil
 }

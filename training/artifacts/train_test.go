@@ -70,7 +70,7 @@ func newTrainerOpts(t *testing.T, dir string, opts ort.Options) *trainer {
 		shapes[p.Name] = p.Shape
 	}
 	for _, gr := range m.Gradients {
-		tr.state[gr.Acc], _ = ort.NewEmpty(ort.Float32, shapes[gr.Param])
+		tr.state[gr.Name()], _ = ort.NewEmpty(ort.Float32, shapes[gr.Param])
 	}
 	for _, s := range m.Optimizer.States {
 		tr.state[s.Name], _ = ort.NewEmpty(ort.Float32, shapes[s.Param])
@@ -151,6 +151,9 @@ func (tr *trainer) Step(data map[string]*ort.Value, lr float32) float64 {
 	sc["step"], _ = ort.NewScalar(float32(tr.step))
 	sc["grad_scale"], _ = ort.NewScalar[float32](1)
 	sc["clip_norm"], _ = ort.NewScalar[float32](5)
+	if err := tr.m.PackHost(tr.state); err != nil {
+		tr.t.Fatal(err)
+	}
 	outs, err = tr.op.Run(tr.feed(tr.op, sc))
 	if err != nil {
 		tr.t.Fatal(err)
@@ -158,6 +161,7 @@ func (tr *trainer) Step(data map[string]*ort.Value, lr float32) float64 {
 	for _, v := range tr.absorb(tr.op, outs) {
 		v.Close()
 	}
+	tr.m.UnpackHost(tr.state)
 	for _, v := range sc {
 		v.Close()
 	}

@@ -300,7 +300,7 @@ func build() (*check, error) {
 		c.init[name] = float32s(shape, make([]float32, dtype.Numel(shape)))
 	}
 	for _, gr := range m.Gradients {
-		zeros(gr.Acc, shapes[gr.Param])
+		zeros(gr.Name(), shapes[gr.Param])
 	}
 	for _, s := range m.Optimizer.States {
 		zeros(s.Name, shapes[s.Param])
@@ -366,6 +366,7 @@ func (c *check) reference(steps int) (*run, error) {
 		r.trainFeeds = append(r.trainFeeds, feed)
 		after := absorb(state, outs)
 		r.losses = append(r.losses, after[loss.Name].floats()[0])
+		c.pack(state)
 		if feed, err = inputs(opt, sc, state); err != nil {
 			return nil, err
 		}
@@ -376,6 +377,7 @@ func (c *check) reference(steps int) (*run, error) {
 		for n, t := range absorb(state, outs) {
 			after[n] = t
 		}
+		c.unpack(state)
 		for n, t := range state {
 			after[n] = t
 		}
@@ -428,13 +430,16 @@ func (c *check) onDevice(opts Options, ref *run, res *Result) (int, error) {
 			return k, fmt.Errorf("training step %d on %v: %s", k+1, opts.Device, ShortError(err))
 		}
 		opts.Trace(fmt.Sprintf("optimizer step %d", k+1))
-		more, err := deviceRun(opt, sc, state)
+		err = c.onFlat(train, state, func() error {
+			more, err := deviceRun(opt, sc, state)
+			for n, v := range more {
+				outs[n] = v
+			}
+			return err
+		})
 		if err != nil {
 			closeAll(outs)
 			return k, fmt.Errorf("optimizer step %d on %v: %s", k+1, opts.Device, ShortError(err))
-		}
-		for n, v := range more {
-			outs[n] = v
 		}
 		got := map[string]tensor{}
 		for n, v := range outs {
@@ -600,6 +605,87 @@ func hostRun(s *ort.Session, feed map[string]tensor) (map[string]tensor, error) 
 		outs[i].Close()
 	}
 	return res, nil
+}
+
+// pack adds the optimizer's flat tensors (optim.Group) to a host state
+// that holds every tensor by its own name, for the optimizer graph to read.
+func (c *check) pack(state map[string]tensor) {
+	flat := optim.Pack(c.m.Optimizer.Groups, func(n string) []byte { return state[n].raw })
+	for _, g := range c.m.Optimizer.Groups {
+		for _, f := range g.Flat {
+			state[f.Name] = tensor{g.DType, []int64{g.Size}, flat[f.Name]}
+		}
+	}
+}
+
+// unpack is pack's inverse: the flat tensors' parts replace the tensors
+// they hold, and the flat tensors leave the state.
+func (c *check) unpack(state map[string]tensor) {
+	flat := map[string][]byte{}
+	for _, g := range c.m.Optimizer.Groups {
+		for _, f := range g.Flat {
+			flat[f.Name] = state[f.Name].raw
+			delete(state, f.Name)
+		}
+	}
+	optim.Unpack(c.m.Optimizer.Groups, flat, func(n string, b []byte) {
+		state[n] = tensor{state[n].dt, state[n].shape, slices.Clone(b)}
+	})
+}
+
+// onFlat runs the optimizer step run with a device state packed into the
+// optimizer's flat tensors and unpacked after it, through the host (the
+// check's model is small; the trainer keeps views of one allocation).
+func (c *check) onFlat(s *ort.Session, state map[string]*ort.Value, run func() error) error {
+	if len(c.m.Optimizer.Groups) == 0 {
+		return run()
+	}
+	host := map[string]tensor{}
+	for n, v := range state {
+		t, err := download(s, v)
+		if err != nil {
+			return err
+		}
+		host[n] = t
+	}
+	c.pack(host)
+	for _, g := range c.m.Optimizer.Groups {
+		for _, f := range g.Flat {
+			v, err := upload(s, host[f.Name])
+			if err != nil {
+				return err
+			}
+			state[f.Name] = v
+		}
+	}
+	if err := run(); err != nil {
+		return err
+	}
+	for _, g := range c.m.Optimizer.Groups {
+		for _, f := range g.Flat {
+			t, err := download(s, state[f.Name])
+			if err != nil {
+				return err
+			}
+			host[f.Name] = t
+		}
+	}
+	for _, g := range c.m.Optimizer.Groups {
+		for _, f := range g.Flat {
+			state[f.Name].Close()
+			delete(state, f.Name)
+		}
+	}
+	c.unpack(host)
+	for n := range state {
+		v, err := upload(s, host[n])
+		if err != nil {
+			return err
+		}
+		state[n].Close()
+		state[n] = v
+	}
+	return nil
 }
 
 // absorb makes each X.out among outs the new state X and returns the

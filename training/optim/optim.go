@@ -139,21 +139,148 @@ func (c Config) Decays(p Param) bool {
 	return true
 }
 
-// Build returns the optimizer graph for the parameters and the state
-// tensors it reads and writes.
-func Build(params []Param, c Config) (*graph.Graph, []State, error) {
+// Group is parameters the optimizer graph updates as one tensor: they
+// share an element type, weight decay and clipping group, and lie back to
+// back (each at an aligned offset, zeros between) in one flat tensor per
+// role. A trainer keeps each role's flat tensor as one device allocation and
+// gives the training graph views of it, so the update is a handful of
+// kernels over a few large tensors, as PyTorch's fused optimizers are,
+// rather than a handful per parameter.
+type Group struct {
+	DType   dtype.DType `json:"dtype"`
+	Size    int64       `json:"size"` // elements, padding included
+	Members []Member    `json:"members"`
+	// Flat are the group's flat tensors, graph inputs whose new values are
+	// the outputs Out(Name).
+	Flat []Flat `json:"flat"`
+}
+
+// Member is one parameter's place in its group's flat tensors.
+type Member struct {
+	Param  string  `json:"param"`
+	Offset int64   `json:"offset"`
+	Len    int64   `json:"len"`
+	Shape  []int64 `json:"shape"`
+}
+
+// Flat is one flat tensor of a group: at each member's offset it holds the
+// per-parameter tensor named Prefix+param — the parameter itself for the
+// prefix "", its accumulated gradient for "grad.", optimizer state for
+// "opt.m." and the like.
+type Flat struct {
+	Name   string `json:"name"`
+	Prefix string `json:"prefix"`
+}
+
+// Per-parameter name prefixes of the flat roles.
+const (
+	paramPrefix    = ""
+	gradPrefix     = "grad."
+	mPrefix        = "opt.m."
+	vPrefix        = "opt.v."
+	momentumPrefix = "opt.momentum."
+	emaPrefix      = "ema."
+)
+
+// alignBytes is where each member starts in a flat tensor: a multiple of
+// 256 bytes, the alignment of ONNX Runtime's own CUDA allocations, which
+// its vectorised kernels and cuDNN may rely on for a view.
+const alignBytes = 256
+
+// Layout groups params by element type, weight decay and clipping group,
+// in the order they first appear, and places each at an aligned offset.
+func (c Config) Layout(params []Param) []Group {
+	type key struct {
+		dt    dtype.DType
+		decay bool
+		clip  int
+	}
+	var groups []Group
+	at := map[key]int{}
+	for _, p := range params {
+		k := key{p.Info.DType, c.Decays(p) && c.WeightDecay != 0, c.clipGroup(p)}
+		gi, ok := at[k]
+		if !ok {
+			gi = len(groups)
+			at[k] = gi
+			groups = append(groups, Group{DType: p.Info.DType})
+		}
+		g := &groups[gi]
+		align := int64(alignBytes / max(p.Info.DType.Size(), 1))
+		n := dtype.Numel(p.Info.Shape)
+		g.Members = append(g.Members, Member{Param: p.Name, Offset: g.Size, Len: n, Shape: p.Info.Shape})
+		g.Size += (n + align - 1) / align * align
+	}
+	return groups
+}
+
+// clipGroup is 1+j for a parameter under ClipGroups[j], 0 for the rest.
+func (c Config) clipGroup(p Param) int {
+	for j, prefix := range c.ClipGroups {
+		if strings.HasPrefix(p.Name, prefix) {
+			return 1 + j
+		}
+	}
+	return 0
+}
+
+// Pack lays per-parameter values out as the groups' flat tensors: for each
+// flat tensor name, Size elements of raw bytes holding value(Prefix+param)
+// at each member's offset (zeros where value returns nil, and between
+// members). Host-side runs of an optimizer graph feed these.
+func Pack(groups []Group, value func(name string) []byte) map[string][]byte {
+	out := map[string][]byte{}
+	for _, g := range groups {
+		size := int64(g.DType.Size())
+		for _, f := range g.Flat {
+			b := make([]byte, g.Size*size)
+			for _, m := range g.Members {
+				copy(b[m.Offset*size:(m.Offset+m.Len)*size], value(f.Prefix+m.Param))
+			}
+			out[f.Name] = b
+		}
+	}
+	return out
+}
+
+// Unpack is Pack's inverse: it hands set each per-parameter part of the
+// flat tensors in flat (raw bytes by flat name; names absent are skipped).
+func Unpack(groups []Group, flat map[string][]byte, set func(name string, b []byte)) {
+	for _, g := range groups {
+		size := int64(g.DType.Size())
+		for _, f := range g.Flat {
+			b, ok := flat[f.Name]
+			if !ok {
+				continue
+			}
+			for _, m := range g.Members {
+				set(f.Prefix+m.Param, b[m.Offset*size:(m.Offset+m.Len)*size])
+			}
+		}
+	}
+}
+
+// Build returns the optimizer graph for the parameters, the per-parameter
+// state tensors it keeps, and the groups it updates: the graph reads and
+// writes each group's flat tensors (Group.Flat), never a parameter alone.
+func Build(params []Param, c Config) (*graph.Graph, []State, []Group, error) {
 	c = c.Defaults()
 	if c.Kind != AdamW && c.Kind != SGD {
-		return nil, nil, &Error{fmt.Sprintf("unknown optimizer %q: want adamw or sgd", c.Kind)}
+		return nil, nil, nil, &Error{fmt.Sprintf("unknown optimizer %q: want adamw or sgd", c.Kind)}
 	}
 	if c.Nesterov && c.Momentum <= 0 {
-		return nil, nil, &Error{"nesterov needs momentum > 0"}
+		return nil, nil, nil, &Error{"nesterov needs momentum > 0"}
 	}
 	if len(params) == 0 {
-		return nil, nil, &Error{"no trainable parameters"}
+		return nil, nil, nil, &Error{"no trainable parameters"}
 	}
 	if !(c.EMADecay >= 0 && c.EMADecay < 1) {
-		return nil, nil, &Error{fmt.Sprintf("ema_decay %v: want 0 (off) or a decay in (0, 1)", c.EMADecay)}
+		return nil, nil, nil, &Error{fmt.Sprintf("ema_decay %v: want 0 (off) or a decay in (0, 1)", c.EMADecay)}
+	}
+	for _, p := range params {
+		if !p.Info.Float() || !p.Info.Static() {
+			return nil, nil, nil, &Error{fmt.Sprintf("parameter %q is %v, not a floating tensor of known shape", p.Name, p.Info)}
+		}
 	}
 	g := graph.New("optimizer", graph.EmitOpset)
 	scalar := graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{}}
@@ -161,88 +288,101 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 		g.AddInput(s, scalar)
 	}
 	b := graph.NewBuilder(g, "opt/")
+	groups := c.Layout(params)
+	// The per-parameter state prefixes, in the order states are listed.
+	var prefixes []string
+	switch {
+	case c.Kind == AdamW:
+		prefixes = []string{mPrefix, vPrefix}
+	case c.Momentum > 0:
+		prefixes = []string{momentumPrefix}
+	}
+	if c.EMADecay > 0 {
+		prefixes = append(prefixes, emaPrefix)
+	}
 	var states []State
-	grads := make([]string, len(params))
-	var sq []string
-	// group[i] is params[i]'s clipping group: 1+j for ClipGroups[j], 0
-	// for the rest.
-	group := make([]int, len(params))
-	for i, p := range params {
-		if !p.Info.Float() || !p.Info.Known {
-			return nil, nil, &Error{fmt.Sprintf("parameter %q is %v, not a floating tensor", p.Name, p.Info)}
-		}
-		g.AddInput(p.Name, p.Info)
-		g.AddInput(GradName(p.Name), p.Info)
-		grads[i] = b.Mul(GradName(p.Name), like(b, GradScale, p))
-		sq = append(sq, toFloat32(b, b.Op("ReduceSumSquare", []string{grads[i]}, graph.AInt("keepdims", 0)), p))
-		for j, prefix := range c.ClipGroups {
-			if strings.HasPrefix(p.Name, prefix) {
-				group[i] = 1 + j
-				break
-			}
+	for _, p := range params {
+		for _, pre := range prefixes {
+			states = append(states, State{pre + p.Name, p.Name})
 		}
 	}
-	norm := b.Sqrt(b.Sum(sq...))
+	// flat names group gi's tensor of a role.
+	flat := func(gi int, prefix string) string {
+		role := strings.TrimSuffix(prefix, ".")
+		if role == "" {
+			role = "params"
+		}
+		return fmt.Sprintf("flat%d.%s", gi, role)
+	}
+	grads := make([]string, len(groups))
+	sq := make([]string, len(groups))
+	for gi := range groups {
+		gr := &groups[gi]
+		info := graph.Info{DType: gr.DType, Known: true, Shape: []int64{gr.Size}}
+		for _, pre := range append([]string{paramPrefix, gradPrefix}, prefixes...) {
+			gr.Flat = append(gr.Flat, Flat{Name: flat(gi, pre), Prefix: pre})
+			g.AddInput(flat(gi, pre), info)
+		}
+		grads[gi] = b.Mul(flat(gi, gradPrefix), like(b, GradScale, gr.DType))
+		sq[gi] = toFloat32(b, b.Op("ReduceSumSquare", []string{grads[gi]}, graph.AInt("keepdims", 0)), gr.DType)
+	}
+	norm := b.Sqrt(sum(b, sq))
 	b.OpInto(GradNorm, "Identity", []string{norm})
 	one := b.Scalar(dtype.Float32, 1)
 	clipFactor := func(norm string) string {
 		clipped := b.Min(one, b.Div(ClipNorm, b.Add(norm, b.Scalar(dtype.Float32, 1e-6))))
 		return b.Where(b.Greater(ClipNorm, b.Scalar(dtype.Float32, 0)), clipped, one)
 	}
+	// Each clipping group's factor, from the norm of its own gradients.
+	clipOf := make([]int, len(groups))
+	members := map[int][]string{}
+	for gi, gr := range groups {
+		clipOf[gi] = c.clipGroup(Param{Name: gr.Members[0].Param})
+		members[clipOf[gi]] = append(members[clipOf[gi]], sq[gi])
+	}
 	factors := map[int]string{}
-	for gi := range 1 + len(c.ClipGroups) {
-		var members []string
-		for i := range params {
-			if group[i] == gi {
-				members = append(members, sq[i])
-			}
-		}
-		switch {
-		case len(members) == 0:
-		case len(members) == len(params):
-			factors[gi] = clipFactor(norm) // one group: the global norm
-		default:
-			factors[gi] = clipFactor(b.Sqrt(b.Sum(members...)))
+	for ci, m := range members {
+		if len(m) == len(groups) {
+			factors[ci] = clipFactor(norm) // one clipping group: the global norm
+		} else {
+			factors[ci] = clipFactor(b.Sqrt(sum(b, m)))
 		}
 	}
 
 	var bc1, bc2 string
-	var zeros []string
 	if c.Kind == AdamW {
 		// 1 - beta^step, the bias corrections, shared by all parameters.
 		bc1 = b.Sub(one, b.Pow(b.Scalar(dtype.Float32, c.Beta1), Step))
 		bc2 = b.Sub(one, b.Pow(b.Scalar(dtype.Float32, c.Beta2), Step))
 	}
-	for i, p := range params {
-		gr := b.Mul(grads[i], like(b, factors[group[i]], p))
-		k := func(v float64) string { return b.ScalarLike(p.Name, v) }
-		lr := like(b, LR, p)
-		decay := c.Decays(p) && c.WeightDecay != 0
+	var zeros []string
+	for gi, gr := range groups {
+		p := flat(gi, paramPrefix)
+		dg := gr.DType
+		gf := b.Mul(grads[gi], like(b, factors[clipOf[gi]], dg))
+		k := func(v float64) string { return b.Scalar(dg, v) }
+		lr := like(b, LR, dg)
+		decay := c.Decays(Param{Name: gr.Members[0].Param, Info: graph.Info{Known: true, Shape: gr.Members[0].Shape}}) && c.WeightDecay != 0
 		var next string
 		switch c.Kind {
 		case AdamW:
-			m, v := "opt.m."+p.Name, "opt.v."+p.Name
-			g.AddInput(m, p.Info)
-			g.AddInput(v, p.Info)
-			states = append(states, State{m, p.Name}, State{v, p.Name})
-			m1 := b.OpInto(Out(m), "Add", []string{b.Mul(m, k(c.Beta1)), b.Mul(gr, k(1-c.Beta1))})
-			v1 := b.OpInto(Out(v), "Add", []string{b.Mul(v, k(c.Beta2)), b.Mul(b.Mul(gr, gr), k(1-c.Beta2))})
-			upd := b.Div(b.Div(m1, like(b, bc1, p)), b.Add(b.Sqrt(b.Div(v1, like(b, bc2, p))), k(c.Eps)))
+			m, v := flat(gi, mPrefix), flat(gi, vPrefix)
+			m1 := b.OpInto(Out(m), "Add", []string{b.Mul(m, k(c.Beta1)), b.Mul(gf, k(1-c.Beta1))})
+			v1 := b.OpInto(Out(v), "Add", []string{b.Mul(v, k(c.Beta2)), b.Mul(b.Mul(gf, gf), k(1-c.Beta2))})
+			upd := b.Div(b.Div(m1, like(b, bc1, dg)), b.Add(b.Sqrt(b.Div(v1, like(b, bc2, dg))), k(c.Eps)))
 			if decay {
 				// Decoupled: the decay shrinks the weight, it is not added
 				// to the gradient the moments see.
-				upd = b.Add(upd, b.Mul(p.Name, k(c.WeightDecay)))
+				upd = b.Add(upd, b.Mul(p, k(c.WeightDecay)))
 			}
-			next = b.Sub(p.Name, b.Mul(lr, upd))
+			next = b.OpInto(Out(p), "Sub", []string{p, b.Mul(lr, upd)})
 		case SGD:
-			d := gr
+			d := gf
 			if decay {
-				d = b.Add(d, b.Mul(p.Name, k(c.WeightDecay)))
+				d = b.Add(d, b.Mul(p, k(c.WeightDecay)))
 			}
 			if c.Momentum > 0 {
-				buf := "opt.momentum." + p.Name
-				g.AddInput(buf, p.Info)
-				states = append(states, State{buf, p.Name})
+				buf := flat(gi, momentumPrefix)
 				buf1 := b.OpInto(Out(buf), "Add", []string{b.Mul(buf, k(c.Momentum)), d})
 				if c.Nesterov {
 					d = b.Add(d, b.Mul(buf1, k(c.Momentum)))
@@ -250,47 +390,55 @@ func Build(params []Param, c Config) (*graph.Graph, []State, error) {
 					d = buf1
 				}
 			}
-			next = b.Sub(p.Name, b.Mul(lr, d))
+			next = b.OpInto(Out(p), "Sub", []string{p, b.Mul(lr, d)})
 		}
-		b.OpInto(Out(p.Name), "Identity", []string{next})
+		// next is the output itself: an Identity would copy the whole
+		// group once more.
 		if c.EMADecay > 0 {
-			ema := EMAName(p.Name)
-			g.AddInput(ema, p.Info)
-			states = append(states, State{ema, p.Name})
+			ema := flat(gi, emaPrefix)
 			avg := b.Add(b.Mul(ema, k(c.EMADecay)), b.Mul(next, k(1-c.EMADecay)))
 			// The first update copies the weights (the state starts at 0).
 			b.OpInto(Out(ema), "Where", []string{b.Less(Step, b.Scalar(dtype.Float32, 1.5)), next, avg})
 		}
 		// 0·w is 0 for finite w and NaN for ±Inf or NaN: the sum is 0
 		// exactly when every new weight is finite, whatever their size.
-		zeros = append(zeros, toFloat32(b, b.ReduceSum(b.Mul(next, k(0)), false), p))
+		zeros = append(zeros, toFloat32(b, b.ReduceSum(b.Mul(next, k(0)), false), dg))
 	}
-	b.OpInto(UpdateFinite, "Not", []string{b.Op("IsNaN", []string{b.Sum(zeros...)})})
+	b.OpInto(UpdateFinite, "Not", []string{b.Op("IsNaN", []string{sum(b, zeros)})})
 	if b.Err != nil {
-		return nil, nil, b.Err
+		return nil, nil, nil, b.Err
 	}
-	for _, p := range params {
-		g.Outputs = append(g.Outputs, Out(p.Name))
-	}
-	for _, s := range states {
-		g.Outputs = append(g.Outputs, Out(s.Name))
+	for _, gr := range groups {
+		for _, f := range gr.Flat {
+			if f.Prefix != gradPrefix {
+				g.Outputs = append(g.Outputs, Out(f.Name))
+			}
+		}
 	}
 	g.Outputs = append(g.Outputs, GradNorm, UpdateFinite)
-	return g, states, nil
+	return g, states, groups, nil
 }
 
-// like casts a float32 scalar to the parameter's type when they differ.
-func like(b *graph.Builder, v string, p Param) string {
-	if p.Info.DType == dtype.Float32 {
+// sum adds scalars; one needs no node.
+func sum(b *graph.Builder, xs []string) string {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	return b.Sum(xs...)
+}
+
+// like casts a float32 scalar to the group's type when they differ.
+func like(b *graph.Builder, v string, dt dtype.DType) string {
+	if dt == dtype.Float32 {
 		return v
 	}
-	return b.Cast(v, p.Info.DType)
+	return b.Cast(v, dt)
 }
 
-// toFloat32 casts a reduction of the parameter's type to float32 when they
-// differ: a Cast to the same type is a node per tensor for nothing.
-func toFloat32(b *graph.Builder, v string, p Param) string {
-	if p.Info.DType == dtype.Float32 {
+// toFloat32 casts a reduction of the group's type to float32 when they
+// differ: a Cast to the same type is a node for nothing.
+func toFloat32(b *graph.Builder, v string, dt dtype.DType) string {
+	if dt == dtype.Float32 {
 		return v
 	}
 	return b.Cast(v, dtype.Float32)

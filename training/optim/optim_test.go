@@ -3,8 +3,10 @@ package optim_test
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
@@ -108,7 +110,7 @@ func TestOptimizerMatchesReference(t *testing.T) {
 				{Name: "w", Info: graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2, 2}}},
 				{Name: "b", Info: graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2}}},
 			}
-			g, states, err := optim.Build(params, c.cfg)
+			g, states, groups, err := optim.Build(params, c.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,9 +144,11 @@ func TestOptimizerMatchesReference(t *testing.T) {
 			// returns: a copy at the first step, then d·ema + (1−d)·w.
 			wantEMA := map[string][]float64{}
 			for step := 1; step <= 3; step++ {
+				// The graph reads each group's parameters, gradients and
+				// state as flat tensors.
 				feed := map[string]*ort.Value{}
-				for k, v := range vals {
-					feed[k], _ = ort.NewTensor(shape[k], v)
+				for k, raw := range optim.Pack(groups, func(name string) []byte { return f32bytes(vals[name]) }) {
+					feed[k], _ = ort.NewTensorFromBytes(ort.Float32, []int64{int64(len(raw) / 4)}, raw)
 				}
 				feed[optim.LR], _ = ort.NewScalar[float32](0.05)
 				feed[optim.Step], _ = ort.NewScalar(float32(step))
@@ -169,7 +173,9 @@ func TestOptimizerMatchesReference(t *testing.T) {
 							t.Errorf("step %d grad_norm %g, want %g", step, d[0], norms[step-1])
 						}
 					default:
-						vals[name[:len(name)-len(".out")]] = d
+						optim.Unpack(groups, map[string][]byte{strings.TrimSuffix(name, ".out"): f32bytes(d)}, func(name string, b []byte) {
+							vals[name] = append([]float32{}, unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)...)
+						})
 					}
 					outs[i].Close()
 				}
@@ -208,6 +214,13 @@ func TestOptimizerMatchesReference(t *testing.T) {
 	}
 }
 
+func f32bytes(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
 // TestDecayScope: by default a bias (rank 1) is exempt from weight decay
 // and a weight (rank 2) is not; an empty NoDecay (optimizer.
 // decay_bias_and_norm) decays both; the choice survives the manifest's
@@ -226,5 +239,58 @@ func TestDecayScope(t *testing.T) {
 		if err := json.Unmarshal(b, &back); err != nil || (back.NoDecay == nil) != (c.NoDecay == nil) {
 			t.Errorf("%s: NoDecay %v after JSON, want %v", b, back.NoDecay, c.NoDecay)
 		}
+	}
+}
+
+// TestLayout: parameters group by type, decay and clipping group, in the
+// order they come; members start at 256-byte boundaries; Pack puts each
+// tensor at its offset with zeros between, and Unpack returns it.
+func TestLayout(t *testing.T) {
+	info := func(dt ort.DType, shape ...int64) graph.Info { return graph.Info{DType: dt, Known: true, Shape: shape} }
+	params := []optim.Param{
+		{Name: "a.weight", Info: info(ort.Float32, 3, 2)},
+		{Name: "a.bias", Info: info(ort.Float32, 3)},
+		{Name: "b.weight", Info: info(ort.Float32, 7, 10)},
+		{Name: "h.weight", Info: info(ort.BFloat16, 5, 5)},
+		{Name: "d.weight", Info: info(ort.Float32, 2, 2)},
+	}
+	c := optim.Config{Kind: optim.SGD, ClipGroups: []string{"d."}}
+	_, states, groups, err := optim.Build(params, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type place struct {
+		group  int
+		offset int64
+	}
+	want := map[string]place{"a.weight": {0, 0}, "b.weight": {0, 64}, "a.bias": {1, 0}, "h.weight": {2, 0}, "d.weight": {3, 0}}
+	for gi, g := range groups {
+		for _, m := range g.Members {
+			if w := want[m.Param]; w != (place{gi, m.Offset}) {
+				t.Errorf("%s in group %d at %d, want group %d at %d", m.Param, gi, m.Offset, w.group, w.offset)
+			}
+		}
+	}
+	if len(groups) != 4 || groups[0].Size != 64+128 || groups[2].Size != 128 || groups[2].DType != ort.BFloat16 {
+		t.Fatalf("groups %+v", groups)
+	}
+	if len(states) != len(params) {
+		t.Errorf("%d momentum states for %d parameters", len(states), len(params))
+	}
+	vals := map[string][]float32{"a.weight": {1, 2, 3, 4, 5, 6}, "b.weight": make([]float32, 70)}
+	for i := range vals["b.weight"] {
+		vals["b.weight"][i] = float32(i + 10)
+	}
+	flat := optim.Pack(groups[:1], func(name string) []byte { return f32bytes(vals[name]) })
+	got := unsafe.Slice((*float32)(unsafe.Pointer(&flat["flat0.params"][0])), groups[0].Size)
+	if got[5] != 6 || got[6] != 0 || got[63] != 0 || got[64] != 10 || got[133] != 79 || got[134] != 0 {
+		t.Errorf("packed %v", got)
+	}
+	back := map[string][]float32{}
+	optim.Unpack(groups[:1], flat, func(name string, b []byte) {
+		back[name] = append([]float32{}, unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)...)
+	})
+	if !slices.Equal(back["a.weight"], vals["a.weight"]) || !slices.Equal(back["b.weight"], vals["b.weight"]) || len(back["grad.a.weight"]) != 6 {
+		t.Errorf("unpacked %v", back)
 	}
 }

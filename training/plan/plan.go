@@ -85,7 +85,8 @@ type Model struct {
 	// keeps on the device: each state tensor (params, gradient
 	// accumulators, optimizer moments) twice, because outputs are written
 	// into a spare buffer and swapped instead of copied. AdamW 8, SGD with
-	// momentum 6, plain SGD 4.
+	// momentum 6, plain SGD 4; one more when micro-batches are accumulated
+	// (the trainer's scratch for a later micro-batch's gradients).
 	StateCopies int `json:"state_copies"`
 	// StateBytes is StateCopies × 4 bytes × Params. Activations and
 	// buffers (BatchNorm statistics) are not included.
@@ -282,6 +283,10 @@ func (p *Plan) model(c *config.Config) (*artifacts.Manifest, error) {
 	if o.EMADecay > 0 {
 		pm.Optimizer += fmt.Sprintf(", weight EMA %g", o.EMADecay)
 		pm.StateCopies += 2 // the average, double-buffered as the weights
+	}
+	if c.Trainer.AccumulateGradBatches > 1 {
+		pm.Optimizer += fmt.Sprintf(", %d micro-batches summed", c.Trainer.AccumulateGradBatches)
+		pm.StateCopies++ // a later micro-batch's gradients, before they are added
 	}
 	m := &artifacts.Manifest{}
 	mixes := c.Data.Kind == config.KindImages && c.Data.Images.Mixes()

@@ -36,7 +36,8 @@ func preset(t *testing.T, name string, set ...string) (*config.Config, bool) {
 
 // TestPresets plans every preset without its data: the plan is made,
 // the parameter count is the recipe's, the training state is 8 (AdamW) or
-// 6 (SGD with momentum) × 4 bytes per parameter, the effective batch and
+// 6 (SGD with momentum) × 4 bytes per parameter, one more with
+// accumulated micro-batches, the effective batch and
 // peak LR are the config's, and a preset without data says to pass
 // data.train instead of failing. The text names the run directory.
 func TestPresets(t *testing.T) {
@@ -53,6 +54,9 @@ func TestPresets(t *testing.T) {
 				t.Errorf("params %d, recipe says %d (%v)", p.Model.Params, n, err)
 			}
 			copies := map[string]int{"adamw": 8, "sgd": 6}[c.Optimizer.Name]
+			if c.Trainer.AccumulateGradBatches > 1 {
+				copies++ // the scratch a later micro-batch's gradients go to
+			}
 			if p.Model.StateBytes != int64(copies)*4*n {
 				t.Errorf("state %d bytes, want %d × 4 × %d", p.Model.StateBytes, copies, n)
 			}

@@ -31,6 +31,14 @@ type pair struct {
 	v    [2]*ort.Value
 }
 
+// flatPair is one of the optimizer's flat tensors, in two buffers as a
+// pair's; grad says it holds gradients (which flip with the training
+// graph's runs, not with the optimizer's).
+type flatPair struct {
+	pair
+	grad bool
+}
+
 // engine holds an artifact set on one device: the three sessions, the
 // training state resident in device memory for the whole run, and IO
 // bindings prepared for every combination of parities, so that a step only
@@ -41,6 +49,10 @@ type engine struct {
 	opts            ort.Options // the sessions', for graphs the engine builds itself
 
 	params, states []pair // flip together, after an applied optimizer step
+	// flat are the optimizer's flat tensors (artifacts.Optimizer.Groups),
+	// of which params, states and grads are views; none for a graph that
+	// reads every tensor by name.
+	flat []flatPair
 	// ema[i] is the index in states of params[i]'s moving average; nil
 	// when the run keeps none.
 	ema   []int
@@ -70,6 +82,14 @@ type engine struct {
 	lr, step, gradScale, clipNorm []float32
 	lossScale                     []float32 // float16 training: the loss scale the backward starts from
 	globalStep                    []float32 // optimizer steps taken, for a model that reads them (artifacts.Manifest.StepInput)
+	// The step inputs and outputs every training binding binds
+	// (trainBinding).
+	resetIn, lossScaleIn, globalStepIn *ort.Staged
+	lossOut                            *ort.Value
+	termVals                           []*ort.Value
+	// acc sums micro-batches' gradients for a training graph that writes
+	// each one's alone; nil until a step has a second micro-batch.
+	acc *accumulator
 	// trainIn, optIn and evalIn are the step inputs each graph reads.
 	trainIn, optIn, evalIn []*ort.Staged
 	// outputs are host values ONNX Runtime writes at each run.
@@ -127,7 +147,11 @@ func openEngine(dir string, m *artifacts.Manifest, opts ort.Options, feeds data.
 	// pass (autodiff.RecomputeCheap); common-subexpression elimination
 	// would merge them back and keep the forward copies alive.
 	trainOpts := opts
-	trainOpts.DisabledOptimizers = append(slices.Clone(opts.DisabledOptimizers), "CommonSubexpressionElimination", "EliminateDropout") // and ONNX Runtime would delete a Dropout whose mask nothing reads, in training mode too
+	// ONNX Runtime would also delete a Dropout whose mask nothing reads, in
+	// training mode too, and the Identities through which the gradients
+	// reach their outputs, whose place in the file orders the backward
+	// (artifacts: without them a ResNet-50 step holds a third more).
+	trainOpts.DisabledOptimizers = append(slices.Clone(opts.DisabledOptimizers), "CommonSubexpressionElimination", "EliminateDropout", "EliminateIdentity")
 	if e.train, err = open(artifacts.TrainingFile, trainOpts); err != nil {
 		return e, err
 	}
@@ -152,7 +176,14 @@ func (e *engine) allocState() error {
 	for _, p := range e.m.Params {
 		shapes[p.Name] = p
 	}
+	views, err := e.allocFlat()
+	if err != nil {
+		return err
+	}
 	newPair := func(name string, t artifacts.Tensor) (pair, error) {
+		if pr, ok := views[name]; ok {
+			return pr, nil
+		}
 		dt, err := ort.ParseDType(t.DType)
 		if err != nil {
 			return pair{}, fmt.Errorf("%s: %w", name, err)
@@ -176,7 +207,7 @@ func (e *engine) allocState() error {
 		}
 	}
 	for _, gr := range e.m.Gradients {
-		if err := add(&e.grads, gr.Acc, shapes[gr.Param]); err != nil {
+		if err := add(&e.grads, gr.Name(), shapes[gr.Param]); err != nil {
 			return err
 		}
 	}
@@ -204,11 +235,64 @@ func (e *engine) allocState() error {
 	// Optimizer state starts at zero; device memory from Alloc is undefined
 	// on a GPU, so zeros are copied in.
 	for _, st := range e.states {
+		if _, flat := views[st.name]; flat {
+			continue // allocFlat zeroed it
+		}
 		if err := e.fill(st.v[0], nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// allocFlat allocates the optimizer's flat tensors, both buffers of each,
+// zeroed (the optimizer reads the gaps between members, which nothing else
+// writes), and returns views of them by per-parameter name: the
+// parameters, gradients and states that the training graph, checkpoints
+// and collectives see one by one.
+func (e *engine) allocFlat() (map[string]pair, error) {
+	views := map[string]pair{}
+	var zeros *ort.Value // host zeros as large as the largest group
+	defer zeros.Close()
+	for _, g := range e.m.Optimizer.Groups {
+		if zeros == nil || zeros.Len() < g.Size || zeros.DType() != g.DType {
+			zeros.Close()
+			var err error
+			if zeros, err = ort.NewEmpty(g.DType, []int64{g.Size}); err != nil {
+				return nil, err
+			}
+		}
+		zero, err := zeros.View(0, []int64{g.Size})
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range g.Flat {
+			fp := flatPair{pair: pair{name: f.Name}, grad: f.Prefix == optim.GradName("")}
+			for i := range fp.v {
+				if fp.v[i], err = e.train.Alloc(g.DType, []int64{g.Size}); err == nil {
+					err = e.train.Copy(fp.v[i], zero)
+				}
+				if err != nil {
+					e.flat = append(e.flat, fp)
+					zero.Close()
+					return nil, fmt.Errorf("allocating %s[%d] on %v: %w", f.Name, g.Size, e.train.Device(), err)
+				}
+			}
+			e.flat = append(e.flat, fp)
+			for _, m := range g.Members {
+				pr := pair{name: f.Prefix + m.Param}
+				for i := range pr.v {
+					if pr.v[i], err = fp.v[i].View(m.Offset, m.Shape); err != nil {
+						zero.Close()
+						return nil, fmt.Errorf("%s in %s: %w", pr.name, f.Name, err)
+					}
+				}
+				views[pr.name] = pr
+			}
+		}
+		zero.Close()
+	}
+	return views, nil
 }
 
 // fill copies raw little-endian bytes (zeros when nil) into a device value.
@@ -309,6 +393,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 		}
 	}
 	reset, lr, step, gscale, clip, lscale, gstep := ins[0], ins[1], ins[2], ins[3], ins[4], ins[5], ins[6]
+	e.resetIn, e.lossScaleIn, e.globalStepIn = reset, lscale, gstep
 	e.reset = ort.Data[bool](reset.Host)
 	e.lr, e.step, e.gradScale, e.clipNorm = ort.Data[float32](lr.Host), ort.Data[float32](step.Host), ort.Data[float32](gscale.Host), ort.Data[float32](clip.Host)
 	e.lossScale, e.globalStep = ort.Data[float32](lscale.Host), ort.Data[float32](gstep.Host)
@@ -336,11 +421,11 @@ func (e *engine) bind(feeds data.Feeds) error {
 		}
 	}
 	loss, gnorm, eloss, ufinite := outs[0], outs[1], outs[2], outs[3]
+	e.lossOut = loss
 	e.loss, e.gradNorm, e.evalLoss = ort.Data[float32](loss), ort.Data[float32](gnorm), ort.Data[float32](eloss)
 	e.updateFinite = ort.Data[bool](ufinite)
 
 	m := e.m
-	var termVals []*ort.Value
 	for _, o := range e.train.Outputs() {
 		if o.Name == m.Loss || !o.Tensor || o.DType != ort.Float32 || len(o.Shape) != 0 || !slices.Contains(m.Outputs, o.Name) {
 			continue
@@ -351,12 +436,15 @@ func (e *engine) bind(feeds data.Feeds) error {
 		}
 		e.termNames = append(e.termNames, o.Name)
 		e.terms = append(e.terms, ort.Data[float32](v))
-		termVals = append(termVals, v)
+		e.termVals = append(e.termVals, v)
 	}
 	takesStep := func(s *ort.Session) bool {
 		return m.StepInput != "" && slices.ContainsFunc(s.Inputs(), func(in ort.IOInfo) bool { return in.Name == m.StepInput })
 	}
-	e.trainIn = []*ort.Staged{reset}
+	e.trainIn = nil
+	if m.Reset != "" {
+		e.trainIn = append(e.trainIn, reset)
+	}
 	if m.LossScaleInput != "" {
 		e.trainIn = append(e.trainIn, lscale)
 	}
@@ -370,30 +458,9 @@ func (e *engine) bind(feeds data.Feeds) error {
 	for p := range 2 {
 		for g := range 2 {
 			for u := range 2 {
-				b, err := e.train.NewBinding()
+				var err error
+				e.trainB[p][g][u], err = e.trainBinding(p, u, func(i int) (*ort.Value, *ort.Value) { return e.grads[i].v[g], e.grads[i].v[1-g] })
 				if err != nil {
-					return err
-				}
-				e.trainB[p][g][u] = b
-				e.allTrain = append(e.allTrain, b)
-				errs := []error{b.BindInput(m.Reset, reset.Device), b.BindOutput(m.Loss, loss)}
-				if m.LossScaleInput != "" {
-					errs = append(errs, b.BindInput(m.LossScaleInput, lscale.Device))
-				}
-				if takesStep(e.train) {
-					errs = append(errs, b.BindInput(m.StepInput, gstep.Device))
-				}
-				for i, name := range e.termNames {
-					errs = append(errs, b.BindOutput(name, termVals[i]))
-				}
-				errs = append(errs, e.bindCommon(b, p, u, false)...)
-				for i, gr := range m.Gradients {
-					errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]), b.BindOutput(gr.Out, e.grads[i].v[1-g]))
-				}
-				for i, bf := range m.Buffers {
-					errs = append(errs, b.BindOutput(bf.Out, e.buffers[i].v[1-u]))
-				}
-				if err := firstErr("training graph", errs); err != nil {
 					return err
 				}
 			}
@@ -408,14 +475,24 @@ func (e *engine) bind(feeds data.Feeds) error {
 			if o.UpdateFiniteOutput != "" {
 				errs = append(errs, b.BindOutput(o.UpdateFiniteOutput, ufinite))
 			}
-			for _, pm := range e.params {
-				errs = append(errs, b.BindInput(pm.name, pm.v[p]), b.BindOutput(pm.name+".out", pm.v[1-p]))
-			}
-			for i, gr := range m.Gradients {
-				errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]))
-			}
-			for i, st := range o.States {
-				errs = append(errs, b.BindInput(st.Name, e.states[i].v[p]), b.BindOutput(st.Out, e.states[i].v[1-p]))
+			if e.flat != nil {
+				for _, f := range e.flat {
+					if f.grad {
+						errs = append(errs, b.BindInput(f.name, f.v[g]))
+					} else {
+						errs = append(errs, b.BindInput(f.name, f.v[p]), b.BindOutput(optim.Out(f.name), f.v[1-p]))
+					}
+				}
+			} else {
+				for _, pm := range e.params {
+					errs = append(errs, b.BindInput(pm.name, pm.v[p]), b.BindOutput(pm.name+".out", pm.v[1-p]))
+				}
+				for i, gr := range m.Gradients {
+					errs = append(errs, b.BindInput(gr.Acc, e.grads[i].v[g]))
+				}
+				for i, st := range o.States {
+					errs = append(errs, b.BindInput(st.Name, e.states[i].v[p]), b.BindOutput(st.Out, e.states[i].v[1-p]))
+				}
 			}
 			if err := firstErr("optimizer graph", errs); err != nil {
 				return err
@@ -446,6 +523,44 @@ func (e *engine) bind(feeds data.Feeds) error {
 	}
 	e.evalData, err = newStage(e.eval, m, feeds)
 	return err
+}
+
+// trainBinding binds the training graph for parameters and states at
+// parity p and buffers at u; grads gives gradient i's accumulator (read
+// only by a graph that accumulates, artifacts.Gradient.Acc) and where its
+// new value goes.
+func (e *engine) trainBinding(p, u int, grads func(i int) (in, out *ort.Value)) (*ort.Binding, error) {
+	m := e.m
+	b, err := e.train.NewBinding()
+	if err != nil {
+		return nil, err
+	}
+	e.allTrain = append(e.allTrain, b)
+	errs := []error{b.BindOutput(m.Loss, e.lossOut)}
+	if m.Reset != "" {
+		errs = append(errs, b.BindInput(m.Reset, e.resetIn.Device))
+	}
+	if m.LossScaleInput != "" {
+		errs = append(errs, b.BindInput(m.LossScaleInput, e.lossScaleIn.Device))
+	}
+	if m.StepInput != "" && slices.ContainsFunc(e.train.Inputs(), func(in ort.IOInfo) bool { return in.Name == m.StepInput }) {
+		errs = append(errs, b.BindInput(m.StepInput, e.globalStepIn.Device))
+	}
+	for i, name := range e.termNames {
+		errs = append(errs, b.BindOutput(name, e.termVals[i]))
+	}
+	errs = append(errs, e.bindCommon(b, p, u, false)...)
+	for i, gr := range m.Gradients {
+		in, out := grads(i)
+		if gr.Acc != "" {
+			errs = append(errs, b.BindInput(gr.Acc, in))
+		}
+		errs = append(errs, b.BindOutput(gr.Out, out))
+	}
+	for i, bf := range m.Buffers {
+		errs = append(errs, b.BindOutput(bf.Out, e.buffers[i].v[1-u]))
+	}
+	return b, firstErr("training graph", errs)
 }
 
 // bindCommon binds the parameters, frozen parameters and buffers that the
@@ -483,9 +598,27 @@ func firstErr(what string, errs []error) error {
 // new values are kept only when the loss is finite.
 func (e *engine) forward(reset bool, globalStep int64) (float64, error) {
 	e.reset[0], e.globalStep[0] = reset, float32(globalStep)
+	// A graph that writes each micro-batch's gradients alone runs a later
+	// micro-batch into scratch and then adds (accumulator).
+	sum := !reset && e.m.Reset == ""
+	if sum && e.acc == nil {
+		var err error
+		if e.acc, err = e.newAccumulator(); err != nil {
+			e.acc = nil
+			return 0, err
+		}
+	}
 	start := time.Now()
 	err := push(e.trainIn)
-	if err == nil {
+	switch {
+	case err != nil:
+	case sum:
+		if err = e.acc.train[e.p][e.u].Run(); err == nil {
+			if err = e.acc.add[e.g].Run(); err != nil {
+				err = fmt.Errorf("gradient accumulation: %w", err)
+			}
+		}
+	default:
 		err = e.trainB[e.p][e.g][e.u].Run()
 	}
 	e.ortTime += time.Since(start)
@@ -644,18 +777,35 @@ func (e *engine) weightChange() (float64, error) {
 // memory (CPU runs): what a data-parallel run sums across its ranks.
 func (e *engine) gradients() [][]float32 {
 	if e.gradViews[e.g] == nil {
-		for _, g := range e.grads {
+		for _, g := range e.gradBuffers() {
 			e.gradViews[e.g] = append(e.gradViews[e.g], ort.Data[float32](g.v[e.g]))
 		}
 	}
 	return e.gradViews[e.g]
 }
 
+// gradBuffers are the allocations holding the gradients: the optimizer's
+// flat gradient tensors (one collective call per group, the gaps between
+// members being zeros on every rank), or one per parameter.
+func (e *engine) gradBuffers() []pair {
+	if e.flat == nil {
+		return e.grads
+	}
+	var out []pair
+	for _, f := range e.flat {
+		if f.grad {
+			out = append(out, f.pair)
+		}
+	}
+	return out
+}
+
 // deviceGradients are the same gradients where they live on a GPU: what
 // NCCL sums in place.
 func (e *engine) deviceGradients() []collective.DeviceBuffer {
-	bufs := make([]collective.DeviceBuffer, len(e.grads))
-	for i, g := range e.grads {
+	grads := e.gradBuffers()
+	bufs := make([]collective.DeviceBuffer, len(grads))
+	for i, g := range grads {
 		v := g.v[e.g]
 		bufs[i] = collective.DeviceBuffer{Ptr: v.DataPointer(), Len: v.Len(), DType: v.DType()}
 	}
@@ -825,6 +975,9 @@ func (e *engine) close() {
 	for _, b := range append(e.allTrain, e.allEval...) {
 		b.Close()
 	}
+	if e.acc != nil {
+		e.acc.close()
+	}
 	for p := range 2 {
 		for g := range 2 {
 			e.optB[p][g].Close()
@@ -835,6 +988,11 @@ func (e *engine) close() {
 			pr.v[0].Close()
 			pr.v[1].Close()
 		}
+	}
+	// After their views.
+	for _, f := range e.flat {
+		f.v[0].Close()
+		f.v[1].Close()
 	}
 	for _, v := range append(append(e.frozen, e.outputs...), e.kept...) {
 		v.Close()
@@ -891,6 +1049,19 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 
 // load copies batch b to the device, rebinding the inputs in bs when
 // their shape changed. It returns the number of samples.
+// bindCurrent binds the data inputs staged last to a binding made after
+// them.
+func (st *stage) bindCurrent(b *ort.Binding) error {
+	for i, name := range st.names {
+		if v := st.vals[i]; v != nil {
+			if err := b.BindInput(name, v.Device); err != nil {
+				return fmt.Errorf("data input %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
 func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 	rows := 0
 	for i, name := range st.names {

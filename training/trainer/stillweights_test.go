@@ -41,15 +41,27 @@ func TestUpdateThatChangesNothingStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := model.Graph
-	for _, p := range m.Params {
+	// The graph updates flat tensors of parameters (optim.Group).
+	var params []string
+	for _, gr := range m.Optimizer.Groups {
+		for _, f := range gr.Flat {
+			if f.Prefix == "" {
+				params = append(params, f.Name)
+			}
+		}
+	}
+	if len(params) == 0 {
+		t.Fatal("the manifest lists no flat parameter tensor")
+	}
+	for _, p := range params {
 		for _, n := range g.Node {
 			for i, out := range n.Output {
-				if out == p.Name+".out" {
-					n.Output[i] = p.Name + ".out.unused"
+				if out == p+".out" {
+					n.Output[i] = p + ".out.unused"
 				}
 			}
 		}
-		g.Node = append(g.Node, &onnxpb.NodeProto{OpType: proto.String("Identity"), Input: []string{p.Name}, Output: []string{p.Name + ".out"}})
+		g.Node = append(g.Node, &onnxpb.NodeProto{OpType: proto.String("Identity"), Input: []string{p}, Output: []string{p + ".out"}})
 	}
 	if raw, err = proto.Marshal(&model); err != nil {
 		t.Fatal(err)

@@ -126,7 +126,7 @@ func Open(tb testing.TB, dir string) *Runner {
 		shapes[w.Name] = w.Shape
 	}
 	for _, g := range m.Gradients {
-		r.put(g.Acc, shapes[g.Param], nil)
+		r.put(g.Name(), shapes[g.Param], nil)
 	}
 	for _, s := range m.Optimizer.States {
 		r.put(s.Name, shapes[s.Param], nil)
@@ -195,6 +195,9 @@ func (r *Runner) Step(data map[string]*ort.Value, lr float32) float64 {
 		scv[k], _ = ort.NewScalar(x)
 		defer scv[k].Close()
 	}
+	if err := r.M.PackHost(r.state); err != nil {
+		r.tb.Fatal(err)
+	}
 	outs, err := r.op.Run(r.feed(r.op, scv))
 	if err != nil {
 		r.tb.Fatal(err)
@@ -202,6 +205,7 @@ func (r *Runner) Step(data map[string]*ort.Value, lr float32) float64 {
 	for _, v := range r.absorb(r.op, outs) {
 		v.Close()
 	}
+	r.M.UnpackHost(r.state)
 	return loss
 }
 

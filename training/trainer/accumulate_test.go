@@ -1,0 +1,41 @@
+package trainer
+
+import (
+	"math"
+	"strconv"
+	"testing"
+)
+
+// TestAccumulationEqualsOneBatch: a step of micro-batches of 2, 3 or 4
+// samples, their gradients summed by the trainer (the training graph
+// writes each micro-batch's alone), takes the step one batch of all their
+// samples takes: the same loss, gradient norm and so the same next steps.
+func TestAccumulationEqualsOneBatch(t *testing.T) {
+	art := mlpArtifacts(t)
+	steps := func(batch, accum int) []float64 {
+		c := testConfig(t, art, "data.shuffle=false", "trainer.max_steps=10", "trainer.val_check_interval=1000",
+			"trainer.checkpoint_every_n_steps=0", "scheduler.warmup_steps=0",
+			"data.batch_size="+strconv.Itoa(batch), "trainer.accumulate_grad_batches="+strconv.Itoa(accum))
+		rec := &recorder{}
+		if _, err := run(t, c, "", "", rec); err != nil {
+			t.Fatal(err)
+		}
+		var out []float64
+		for _, r := range rec.results {
+			out = append(out, r.Loss, r.GradNorm)
+		}
+		return out
+	}
+	whole := steps(12, 1)
+	for _, split := range [][2]int{{6, 2}, {4, 3}, {3, 4}} {
+		got := steps(split[0], split[1])
+		if len(got) != len(whole) {
+			t.Fatalf("%d × %d: %d values, one batch %d", split[0], split[1], len(got), len(whole))
+		}
+		for i := range got {
+			if d := math.Abs(got[i] - whole[i]); !(d <= 2e-5*(1+math.Abs(whole[i]))) {
+				t.Errorf("%d × %d: step %d %s %.7g, one batch of 12 %.7g", split[0], split[1], i/2+1, []string{"loss", "grad norm"}[i%2], got[i], whole[i])
+			}
+		}
+	}
+}
