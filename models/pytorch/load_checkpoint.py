@@ -11,7 +11,12 @@ The first form loads and prints what it loaded. --run also feeds the
 tensors of IN (the model's inputs by name: "volume" for the VQ-GAN;
 "noisy_ids", "input_ids", "t", "loss_mask" for the LM) to the model in
 eval mode and writes its outputs to OUT ("recon" and "codes"; "logits"
-and "loss", the NELBO per predicted token). From Python:
+and "loss", the NELBO per predicted token). For the VQ-GAN OUT also holds,
+per latent position, the second-nearest code ("second") and how much
+farther it is, relative to the nearest ("gap"): where the gap is at float
+rounding, another implementation may pick either code. With "codes" in IN
+too, "recon_of_codes" is the decoder's reconstruction of those codes.
+From Python:
 
     sys.path.insert(0, "models/pytorch")
     from load_checkpoint import load
@@ -31,6 +36,7 @@ import sys
 import tomllib
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_step import write_safetensors  # noqa: E402
@@ -121,6 +127,23 @@ def load(ckpt, ema=False):
     return model, cfg
 
 
+def near_ties(model, feeds):
+    """The VQ-GAN's second-nearest codes and their relative distance gaps
+    for feeds["volume"], and the reconstruction of feeds["codes"]."""
+    q = model.quantize
+    zf, _ = q.flat(model.quant_conv(model.encoder(feeds["volume"])))
+    cb = q.embedding.weight
+    dist = (zf * zf).sum(1, keepdim=True) - 2 * (zf @ cb.t()) + (cb * cb).sum(1)
+    top = dist.topk(2, dim=1, largest=False)
+    gap = (top.values[:, 1] - top.values[:, 0]) / top.values[:, 0].abs().clamp_min(1e-30)
+    out = {"second": top.indices[:, 1].contiguous(), "gap": gap.contiguous()}
+    if "codes" in feeds:
+        codes = feeds["codes"]
+        zq = F.embedding(codes, cb).permute(0, 4, 1, 2, 3)
+        out["recon_of_codes"] = model.decoder(model.post_quant_conv(zq))
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
@@ -137,6 +160,7 @@ def main():
             if hasattr(model, "autoencode"):
                 recon, codes, _, _, _ = model.autoencode(feeds["volume"])
                 outs = {"recon": recon, "codes": codes}
+                outs.update(near_ties(model, feeds))
             else:
                 loss, logits = model(feeds["noisy_ids"], feeds["input_ids"], feeds["t"], feeds["loss_mask"])
                 outs = {"logits": logits, "loss": loss.reshape(())}
