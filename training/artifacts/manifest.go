@@ -230,6 +230,9 @@ func Load(dir string) (*Manifest, error) {
 func (m *Manifest) checkGroups() error {
 	groups := m.Optimizer.Groups
 	if len(groups) == 0 {
+		if m.Reset == "" {
+			return fmt.Errorf("the training graph writes each micro-batch's gradients alone (no %q input) and the optimizer has no flat groups, in which a trainer sums them", Reset)
+		}
 		return nil
 	}
 	params := map[string]Tensor{}

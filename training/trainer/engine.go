@@ -250,49 +250,65 @@ func (e *engine) allocState() error {
 // writes), and returns views of them by per-parameter name: the
 // parameters, gradients and states that the training graph, checkpoints
 // and collectives see one by one.
-func (e *engine) allocFlat() (map[string]pair, error) {
-	views := map[string]pair{}
+func (e *engine) allocFlat() (views map[string]pair, err error) {
+	views = map[string]pair{}
 	var zeros *ort.Value // host zeros as large as the largest group
 	defer zeros.Close()
+	defer func() {
+		if err != nil { // the flat tensors themselves close with the engine
+			for _, pr := range views {
+				pr.v[0].Close()
+				pr.v[1].Close()
+			}
+		}
+	}()
 	for _, g := range e.m.Optimizer.Groups {
 		if zeros == nil || zeros.Len() < g.Size || zeros.DType() != g.DType {
 			zeros.Close()
-			var err error
 			if zeros, err = ort.NewEmpty(g.DType, []int64{g.Size}); err != nil {
 				return nil, err
 			}
 		}
-		zero, err := zeros.View(0, []int64{g.Size})
-		if err != nil {
+		if err := e.allocGroup(g, zeros, views); err != nil {
 			return nil, err
 		}
-		for _, f := range g.Flat {
-			fp := flatPair{pair: pair{name: f.Name}, grad: f.Prefix == optim.GradName("")}
-			for i := range fp.v {
-				if fp.v[i], err = e.train.Alloc(g.DType, []int64{g.Size}); err == nil {
-					err = e.train.Copy(fp.v[i], zero)
-				}
-				if err != nil {
-					e.flat = append(e.flat, fp)
-					zero.Close()
-					return nil, fmt.Errorf("allocating %s[%d] on %v: %w", f.Name, g.Size, e.train.Device(), err)
-				}
-			}
-			e.flat = append(e.flat, fp)
-			for _, m := range g.Members {
-				pr := pair{name: f.Prefix + m.Param}
-				for i := range pr.v {
-					if pr.v[i], err = fp.v[i].View(m.Offset, m.Shape); err != nil {
-						zero.Close()
-						return nil, fmt.Errorf("%s in %s: %w", pr.name, f.Name, err)
-					}
-				}
-				views[pr.name] = pr
-			}
-		}
-		zero.Close()
 	}
 	return views, nil
+}
+
+// allocGroup allocates one group's flat tensors, copies zeros (host zeros
+// at least as long) into both buffers of each, and adds its members' views
+// to views.
+func (e *engine) allocGroup(g optim.Group, zeros *ort.Value, views map[string]pair) error {
+	zero, err := zeros.View(0, []int64{g.Size})
+	if err != nil {
+		return err
+	}
+	defer zero.Close()
+	for _, f := range g.Flat {
+		fp := flatPair{pair: pair{name: f.Name}, grad: f.Prefix == optim.GradName("")}
+		for i := range fp.v {
+			if fp.v[i], err = e.train.Alloc(g.DType, []int64{g.Size}); err == nil {
+				err = e.train.Copy(fp.v[i], zero)
+			}
+			if err != nil {
+				e.flat = append(e.flat, fp)
+				return fmt.Errorf("allocating %s[%d] on %v: %w", f.Name, g.Size, e.train.Device(), err)
+			}
+		}
+		e.flat = append(e.flat, fp)
+		for _, m := range g.Members {
+			pr := pair{name: f.Prefix + m.Param}
+			for i := range pr.v {
+				if pr.v[i], err = fp.v[i].View(m.Offset, m.Shape); err != nil {
+					pr.v[0].Close()
+					return fmt.Errorf("%s in %s: %w", pr.name, f.Name, err)
+				}
+			}
+			views[pr.name] = pr
+		}
+	}
+	return nil
 }
 
 // fill copies raw little-endian bytes (zeros when nil) into a device value.
@@ -438,9 +454,6 @@ func (e *engine) bind(feeds data.Feeds) error {
 		e.terms = append(e.terms, ort.Data[float32](v))
 		e.termVals = append(e.termVals, v)
 	}
-	takesStep := func(s *ort.Session) bool {
-		return m.StepInput != "" && slices.ContainsFunc(s.Inputs(), func(in ort.IOInfo) bool { return in.Name == m.StepInput })
-	}
 	e.trainIn = nil
 	if m.Reset != "" {
 		e.trainIn = append(e.trainIn, reset)
@@ -448,11 +461,11 @@ func (e *engine) bind(feeds data.Feeds) error {
 	if m.LossScaleInput != "" {
 		e.trainIn = append(e.trainIn, lscale)
 	}
-	if takesStep(e.train) {
+	if e.takesStep(e.train) {
 		e.trainIn = append(e.trainIn, gstep)
 	}
 	e.optIn = []*ort.Staged{lr, step, gscale, clip}
-	if takesStep(e.eval) {
+	if e.takesStep(e.eval) {
 		e.evalIn = []*ort.Staged{gstep}
 	}
 	for p := range 2 {
@@ -506,7 +519,7 @@ func (e *engine) bind(feeds data.Feeds) error {
 			e.evalB[p][u] = b
 			e.allEval = append(e.allEval, b)
 			errs := append(e.bindCommon(b, p, u, e.ema != nil), b.BindOutput(m.Loss, eloss))
-			if takesStep(e.eval) {
+			if e.takesStep(e.eval) {
 				errs = append(errs, b.BindInput(m.StepInput, gstep.Device))
 			}
 			for _, name := range e.fetch {
@@ -523,6 +536,12 @@ func (e *engine) bind(feeds data.Feeds) error {
 	}
 	e.evalData, err = newStage(e.eval, m, feeds)
 	return err
+}
+
+// takesStep reports whether s reads the optimizer step
+// (artifacts.Manifest.StepInput).
+func (e *engine) takesStep(s *ort.Session) bool {
+	return e.m.StepInput != "" && slices.ContainsFunc(s.Inputs(), func(in ort.IOInfo) bool { return in.Name == e.m.StepInput })
 }
 
 // trainBinding binds the training graph for parameters and states at
@@ -543,7 +562,7 @@ func (e *engine) trainBinding(p, u int, grads func(i int) (in, out *ort.Value)) 
 	if m.LossScaleInput != "" {
 		errs = append(errs, b.BindInput(m.LossScaleInput, e.lossScaleIn.Device))
 	}
-	if m.StepInput != "" && slices.ContainsFunc(e.train.Inputs(), func(in ort.IOInfo) bool { return in.Name == m.StepInput }) {
+	if e.takesStep(e.train) {
 		errs = append(errs, b.BindInput(m.StepInput, e.globalStepIn.Device))
 	}
 	for i, name := range e.termNames {
