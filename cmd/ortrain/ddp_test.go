@@ -473,7 +473,7 @@ func TestDataParallelConfigDiffers(t *testing.T) {
 		t.Skip(err)
 	}
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(msg, "rank 1's configuration differs from rank 0's: optimizer.lr = 0.02 (rank 0: 0.01);") ||
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(msg, "rank 1's configuration differs from rank 0's: optimizer.lr = 0.02 (rank 0: 0.05);") ||
 		strings.Contains(msg, "log_every_n_steps") || strings.Contains(msg, "config: config:") || strings.Contains(msg, "MPI_ABORT") {
 		t.Errorf("rank 1 with another optimizer.lr: mpirun returned %v; want exit 2 naming optimizer.lr and both values, once\n%s", err, msg)
 	}
