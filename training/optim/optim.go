@@ -323,11 +323,16 @@ func Build(params []Param, c Config) (*graph.Graph, []State, []Group, error) {
 			gr.Flat = append(gr.Flat, Flat{Name: flat(gi, pre), Prefix: pre})
 			g.AddInput(flat(gi, pre), info)
 		}
-		grads[gi] = b.Mul(flat(gi, gradPrefix), like(b, GradScale, gr.DType))
+		// The sum of squares of the gradients as accumulated, scaled after
+		// (grad_scale ≥ 0): no gradient-sized product for it alone. A
+		// loss-scaled float16 run's gradients square to at most ~1e10
+		// each, far from float32's range.
+		grads[gi] = flat(gi, gradPrefix)
 		sq[gi] = toFloat32(b, b.Op("ReduceSumSquare", []string{grads[gi]}, graph.AInt("keepdims", 0)), gr.DType)
 	}
-	norm := b.Sqrt(sum(b, sq))
-	b.OpInto(GradNorm, "Identity", []string{norm})
+	// norm of the scaled gradients from sums of squares of unscaled ones.
+	normOf := func(sq []string) string { return b.Mul(b.Sqrt(sum(b, sq)), GradScale) }
+	norm := b.OpInto(GradNorm, "Identity", []string{normOf(sq)})
 	one := b.Scalar(dtype.Float32, 1)
 	clipFactor := func(norm string) string {
 		clipped := b.Min(one, b.Div(ClipNorm, b.Add(norm, b.Scalar(dtype.Float32, 1e-6))))
@@ -345,7 +350,7 @@ func Build(params []Param, c Config) (*graph.Graph, []State, []Group, error) {
 		if len(m) == len(groups) {
 			factors[ci] = clipFactor(norm) // one clipping group: the global norm
 		} else {
-			factors[ci] = clipFactor(b.Sqrt(sum(b, m)))
+			factors[ci] = clipFactor(normOf(m))
 		}
 	}
 
@@ -359,7 +364,17 @@ func Build(params []Param, c Config) (*graph.Graph, []State, []Group, error) {
 	for gi, gr := range groups {
 		p := flat(gi, paramPrefix)
 		dg := gr.DType
-		gf := b.Mul(grads[gi], like(b, factors[clipOf[gi]], dg))
+		// Every gradient is multiplied once, by grad_scale × the clipping
+		// factor (and AdamW's 1 − β), a scalar made first: one pass over
+		// the group where there were two, one gradient-sized value less.
+		scale := b.Mul(GradScale, factors[clipOf[gi]])
+		scaled := func(extra float64) string {
+			f := scale
+			if extra != 1 {
+				f = b.Mul(scale, b.Scalar(dtype.Float32, extra))
+			}
+			return b.Mul(grads[gi], like(b, f, dg))
+		}
 		k := func(v float64) string { return b.Scalar(dg, v) }
 		lr := like(b, LR, dg)
 		decay := c.Decays(Param{Name: gr.Members[0].Param, Info: graph.Info{Known: true, Shape: gr.Members[0].Shape}}) && c.WeightDecay != 0
@@ -367,17 +382,22 @@ func Build(params []Param, c Config) (*graph.Graph, []State, []Group, error) {
 		switch c.Kind {
 		case AdamW:
 			m, v := flat(gi, mPrefix), flat(gi, vPrefix)
-			m1 := b.OpInto(Out(m), "Add", []string{b.Mul(m, k(c.Beta1)), b.Mul(gf, k(1-c.Beta1))})
+			m1 := b.OpInto(Out(m), "Add", []string{b.Mul(m, k(c.Beta1)), scaled(1 - c.Beta1)})
+			gf := scaled(1)
 			v1 := b.OpInto(Out(v), "Add", []string{b.Mul(v, k(c.Beta2)), b.Mul(b.Mul(gf, gf), k(1-c.Beta2))})
-			upd := b.Div(b.Div(m1, like(b, bc1, dg)), b.Add(b.Sqrt(b.Div(v1, like(b, bc2, dg))), k(c.Eps)))
+			// lr·(m/bc1)/(√(v/bc2) + eps) with the step's scalars gathered
+			// into two (lr/bc1, 1/√bc2): equal up to rounding, and two
+			// parameter-sized temporaries live at a time, not four.
+			den := b.Add(b.Mul(b.Sqrt(v1), like(b, b.Div(one, b.Sqrt(bc2)), dg)), k(c.Eps))
+			upd := b.Mul(b.Div(m1, den), like(b, b.Div(LR, bc1), dg))
 			if decay {
 				// Decoupled: the decay shrinks the weight, it is not added
 				// to the gradient the moments see.
-				upd = b.Add(upd, b.Mul(p, k(c.WeightDecay)))
+				upd = b.Add(upd, b.Mul(p, like(b, b.Mul(LR, b.Scalar(dtype.Float32, c.WeightDecay)), dg)))
 			}
-			next = b.OpInto(Out(p), "Sub", []string{p, b.Mul(lr, upd)})
+			next = b.OpInto(Out(p), "Sub", []string{p, upd})
 		case SGD:
-			d := gf
+			d := scaled(1)
 			if decay {
 				d = b.Add(d, b.Mul(p, k(c.WeightDecay)))
 			}

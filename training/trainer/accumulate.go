@@ -51,7 +51,7 @@ func (e *engine) newAccumulator() (a *accumulator, err error) {
 				return a, fmt.Errorf("allocating the gradient accumulator's scratch %s[%d]: %w", f.Name, grp.Size, err)
 			}
 			a.scratch = append(a.scratch, v)
-			if err := e.fill(v, nil); err != nil {
+			if err := e.zero(v); err != nil {
 				return a, err
 			}
 			for _, mb := range grp.Members {

@@ -4,6 +4,9 @@ import (
 	"math"
 	"strconv"
 	"testing"
+
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
 )
 
 // TestAccumulationEqualsOneBatch: a step of micro-batches of 2, 3 or 4
@@ -36,6 +39,38 @@ func TestAccumulationEqualsOneBatch(t *testing.T) {
 			if d := math.Abs(got[i] - whole[i]); !(d <= 2e-5*(1+math.Abs(whole[i]))) {
 				t.Errorf("%d × %d: step %d %s %.7g, one batch of 12 %.7g", split[0], split[1], i/2+1, []string{"loss", "grad norm"}[i%2], got[i], whole[i])
 			}
+		}
+	}
+}
+
+// TestClearInPieces: clearing a tensor longer than the host zeros it is
+// cleared from (a GPU's flat tensors) leaves every element zero.
+func TestClearInPieces(t *testing.T) {
+	art := mlpArtifacts(t)
+	m, err := artifacts.Load(art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := openEngine(art, m, ort.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	v, err := e.train.Alloc(ort.Float32, []int64{2*zeroChunk + 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	x := ort.Data[float32](v)
+	for i := range x {
+		x[i] = 1
+	}
+	if err := e.clear(v); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range x {
+		if f != 0 {
+			t.Fatalf("element %d of %d is %g after clearing", i, len(x), f)
 		}
 	}
 }

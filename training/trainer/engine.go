@@ -252,8 +252,6 @@ func (e *engine) allocState() error {
 // and collectives see one by one.
 func (e *engine) allocFlat() (views map[string]pair, err error) {
 	views = map[string]pair{}
-	var zeros *ort.Value // host zeros as large as the largest group
-	defer zeros.Close()
 	defer func() {
 		if err != nil { // the flat tensors themselves close with the engine
 			for _, pr := range views {
@@ -263,33 +261,22 @@ func (e *engine) allocFlat() (views map[string]pair, err error) {
 		}
 	}()
 	for _, g := range e.m.Optimizer.Groups {
-		if zeros == nil || zeros.Len() < g.Size || zeros.DType() != g.DType {
-			zeros.Close()
-			if zeros, err = ort.NewEmpty(g.DType, []int64{g.Size}); err != nil {
-				return nil, err
-			}
-		}
-		if err := e.allocGroup(g, zeros, views); err != nil {
+		if err := e.allocGroup(g, views); err != nil {
 			return nil, err
 		}
 	}
 	return views, nil
 }
 
-// allocGroup allocates one group's flat tensors, copies zeros (host zeros
-// at least as long) into both buffers of each, and adds its members' views
-// to views.
-func (e *engine) allocGroup(g optim.Group, zeros *ort.Value, views map[string]pair) error {
-	zero, err := zeros.View(0, []int64{g.Size})
-	if err != nil {
-		return err
-	}
-	defer zero.Close()
+// allocGroup allocates one group's flat tensors, zeroed, and adds its
+// members' views to views.
+func (e *engine) allocGroup(g optim.Group, views map[string]pair) error {
 	for _, f := range g.Flat {
 		fp := flatPair{pair: pair{name: f.Name}, grad: f.Prefix == optim.GradName("")}
+		var err error
 		for i := range fp.v {
 			if fp.v[i], err = e.train.Alloc(g.DType, []int64{g.Size}); err == nil {
-				err = e.train.Copy(fp.v[i], zero)
+				err = e.zero(fp.v[i])
 			}
 			if err != nil {
 				e.flat = append(e.flat, fp)
@@ -306,6 +293,47 @@ func (e *engine) allocGroup(g optim.Group, zeros *ort.Value, views map[string]pa
 				}
 			}
 			views[pr.name] = pr
+		}
+	}
+	return nil
+}
+
+// zeroChunk bounds the host zeros a GPU tensor is cleared from, so that
+// clearing a model's flat tensors does not hold one of their size on the
+// host as well.
+const zeroChunk = 1 << 22
+
+// zero clears a device value allocated by Alloc: nothing to do on the CPU,
+// where Alloc's memory is zeros; on a GPU, piece by piece (clear).
+func (e *engine) zero(v *ort.Value) error {
+	if v.OnHost() {
+		return nil
+	}
+	return e.clear(v)
+}
+
+// clear copies zeros into v from host zeros of at most zeroChunk elements.
+func (e *engine) clear(v *ort.Value) error {
+	n := v.Len()
+	host, err := ort.NewEmpty(v.DType(), []int64{min(n, zeroChunk)})
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	for at := int64(0); at < n; at += zeroChunk {
+		k := min(zeroChunk, n-at)
+		dst, err := v.View(at, []int64{k})
+		if err != nil {
+			return err
+		}
+		src, err := host.View(0, []int64{k})
+		if err == nil {
+			err = e.train.Copy(dst, src)
+			src.Close()
+		}
+		dst.Close()
+		if err != nil {
+			return err
 		}
 	}
 	return nil
