@@ -382,28 +382,40 @@ func Build(params []Param, c Config) (*graph.Graph, []State, []Group, error) {
 		switch c.Kind {
 		case AdamW:
 			m, v := flat(gi, mPrefix), flat(gi, vPrefix)
-			m1 := b.OpInto(Out(m), "Add", []string{b.Mul(m, k(c.Beta1)), scaled(1 - c.Beta1)})
+			// The nodes are written so that ONNX Runtime's order (a
+			// depth-first walk entering the input latest in the file
+			// first) holds at most two parameter-sized temporaries: the
+			// decay first in the file, the first moment after the second.
+			var decayed string
+			if decay {
+				// Decoupled, as PyTorch's AdamW: p·(1 − lr·wd) − lr·m̂/(√v̂ + eps).
+				decayed = b.Mul(p, like(b, b.Sub(one, b.Mul(LR, b.Scalar(dtype.Float32, c.WeightDecay))), dg))
+			}
 			gf := scaled(1)
 			v1 := b.OpInto(Out(v), "Add", []string{b.Mul(v, k(c.Beta2)), b.Mul(b.Mul(gf, gf), k(1-c.Beta2))})
-			// lr·(m/bc1)/(√(v/bc2) + eps) with the step's scalars gathered
-			// into two (lr/bc1, 1/√bc2): equal up to rounding, and two
-			// parameter-sized temporaries live at a time, not four.
+			// √(v/bc2) + eps and lr/bc1 with the step's scalars gathered.
 			den := b.Add(b.Mul(b.Sqrt(v1), like(b, b.Div(one, b.Sqrt(bc2)), dg)), k(c.Eps))
+			m1 := b.OpInto(Out(m), "Add", []string{b.Mul(m, k(c.Beta1)), scaled(1 - c.Beta1)})
 			upd := b.Mul(b.Div(m1, den), like(b, b.Div(LR, bc1), dg))
 			if decay {
-				// Decoupled: the decay shrinks the weight, it is not added
-				// to the gradient the moments see.
-				upd = b.Add(upd, b.Mul(p, like(b, b.Mul(LR, b.Scalar(dtype.Float32, c.WeightDecay)), dg)))
+				next = b.OpInto(Out(p), "Sub", []string{decayed, upd})
+			} else {
+				next = b.OpInto(Out(p), "Sub", []string{p, upd})
 			}
-			next = b.OpInto(Out(p), "Sub", []string{p, upd})
 		case SGD:
+			// μ·buf first in the file, so that ONNX Runtime computes it
+			// after d (see AdamW's): two parameter-sized temporaries.
+			var kept string
+			if c.Momentum > 0 {
+				kept = b.Mul(flat(gi, momentumPrefix), k(c.Momentum))
+			}
 			d := scaled(1)
 			if decay {
 				d = b.Add(d, b.Mul(p, k(c.WeightDecay)))
 			}
 			if c.Momentum > 0 {
 				buf := flat(gi, momentumPrefix)
-				buf1 := b.OpInto(Out(buf), "Add", []string{b.Mul(buf, k(c.Momentum)), d})
+				buf1 := b.OpInto(Out(buf), "Add", []string{kept, d})
 				if c.Nesterov {
 					d = b.Add(d, b.Mul(buf1, k(c.Momentum)))
 				} else {
