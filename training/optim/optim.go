@@ -187,8 +187,16 @@ const (
 // its vectorised kernels and cuDNN may rely on for a view.
 const alignBytes = 256
 
+// groupElems bounds a group's length (a parameter longer than it has a
+// group of its own): the update's temporaries are a group long, and on a
+// GPU the optimizer's arena keeps what its largest step held. 16M
+// elements: a few dozen more kernels for a model of a billion parameters,
+// 64 MB float32 temporaries.
+const groupElems = 1 << 24
+
 // Layout groups params by element type, weight decay and clipping group,
-// in the order they first appear, and places each at an aligned offset.
+// in the order they first appear, and places each at an aligned offset; a
+// group that would grow past groupElems is closed and another begun.
 func (c Config) Layout(params []Param) []Group {
 	type key struct {
 		dt    dtype.DType
@@ -199,15 +207,15 @@ func (c Config) Layout(params []Param) []Group {
 	at := map[key]int{}
 	for _, p := range params {
 		k := key{p.Info.DType, c.Decays(p) && c.WeightDecay != 0, c.clipGroup(p)}
+		align := int64(alignBytes / max(p.Info.DType.Size(), 1))
+		n := dtype.Numel(p.Info.Shape)
 		gi, ok := at[k]
-		if !ok {
+		if !ok || groups[gi].Size > 0 && groups[gi].Size+n > groupElems {
 			gi = len(groups)
 			at[k] = gi
 			groups = append(groups, Group{DType: p.Info.DType})
 		}
 		g := &groups[gi]
-		align := int64(alignBytes / max(p.Info.DType.Size(), 1))
-		n := dtype.Numel(p.Info.Shape)
 		g.Members = append(g.Members, Member{Param: p.Name, Offset: g.Size, Len: n, Shape: p.Info.Shape})
 		g.Size += (n + align - 1) / align * align
 	}

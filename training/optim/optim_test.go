@@ -294,3 +294,29 @@ func TestLayout(t *testing.T) {
 		t.Errorf("unpacked %v", back)
 	}
 }
+
+// TestLayoutBoundsGroups: a group closes before it would pass 16M
+// elements (its update's temporaries are a group long); a parameter longer
+// than that has a group of its own.
+func TestLayoutBoundsGroups(t *testing.T) {
+	info := func(n int64) graph.Info { return graph.Info{DType: ort.Float32, Known: true, Shape: []int64{n, 2}} }
+	params := []optim.Param{
+		{Name: "a", Info: info(1 << 22)}, // 8M elements
+		{Name: "b", Info: info(1 << 22)}, // 16M in all: fits
+		{Name: "c", Info: info(1)},       // would pass 16M: a new group
+		{Name: "d", Info: info(1 << 24)}, // 32M alone
+		{Name: "e", Info: info(1)},
+	}
+	var got [][]string
+	for _, g := range (optim.Config{Kind: optim.SGD}).Layout(params) {
+		var names []string
+		for _, m := range g.Members {
+			names = append(names, m.Param)
+		}
+		got = append(got, names)
+	}
+	want := [][]string{{"a", "b"}, {"c"}, {"d"}, {"e"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+}
