@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
 )
 
@@ -13,10 +14,13 @@ import (
 // samples, their gradients summed by the trainer (the training graph
 // writes each micro-batch's alone), takes the step one batch of all their
 // samples takes: the same loss, gradient norm and so the same next steps.
+// On $ORTRAIN_TEST_DEVICE (the CPU by default): on a GPU it trains the
+// flat tensors' views and the accumulator there.
 func TestAccumulationEqualsOneBatch(t *testing.T) {
 	art := mlpArtifacts(t)
+	device := `trainer.device="` + orttest.Device(t).String() + `"`
 	steps := func(batch, accum int) []float64 {
-		c := testConfig(t, art, "data.shuffle=false", "trainer.max_steps=10", "trainer.val_check_interval=1000",
+		c := testConfig(t, art, device, "data.shuffle=false", "trainer.max_steps=10", "trainer.val_check_interval=1000",
 			"trainer.checkpoint_every_n_steps=0", "scheduler.warmup_steps=0",
 			"data.batch_size="+strconv.Itoa(batch), "trainer.accumulate_grad_batches="+strconv.Itoa(accum))
 		rec := &recorder{}
@@ -44,33 +48,43 @@ func TestAccumulationEqualsOneBatch(t *testing.T) {
 }
 
 // TestClearInPieces: clearing a tensor longer than the host zeros it is
-// cleared from (a GPU's flat tensors) leaves every element zero.
+// cleared from (a GPU's flat tensors) leaves every element zero, on
+// $ORTRAIN_TEST_DEVICE.
 func TestClearInPieces(t *testing.T) {
 	art := mlpArtifacts(t)
 	m, err := artifacts.Load(art)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := openEngine(art, m, ort.Options{}, nil)
+	e, err := openEngine(art, m, ort.Options{Device: orttest.Device(t)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.close()
-	v, err := e.train.Alloc(ort.Float32, []int64{2*zeroChunk + 3})
+	n := 2*zeroChunk + 3
+	v, err := e.train.Alloc(ort.Float32, []int64{int64(n)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	x := ort.Data[float32](v)
-	for i := range x {
-		x[i] = 1
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if err := e.fill(v, asBytes(ones)); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.clear(v); err != nil {
 		t.Fatal(err)
 	}
-	for i, f := range x {
+	host, err := e.train.Download(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	for i, f := range ort.Data[float32](host) {
 		if f != 0 {
-			t.Fatalf("element %d of %d is %g after clearing", i, len(x), f)
+			t.Fatalf("element %d of %d is %g after clearing", i, n, f)
 		}
 	}
 }
