@@ -81,6 +81,9 @@ func (e *engine) newAccumulator() (a *accumulator, err error) {
 			return a, fmt.Errorf("gradient of %s lies in no flat gradient tensor: the training graph writes each micro-batch's gradients alone, so ortrain cannot accumulate them", e.m.Gradients[i].Param)
 		}
 	}
+	if b.Err != nil {
+		return a, fmt.Errorf("gradient accumulation graph: %w", b.Err)
+	}
 	model, err := g.Marshal()
 	if err != nil {
 		return a, err
