@@ -84,27 +84,7 @@ func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
 		feed[name] = tensor(t, ort.Float64, shape, data[name])
 		defer feed[name].Close()
 	}
-	run := func(g *graph.Graph) [][]float64 {
-		m, err := g.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sess, err := ort.NewSessionFromBytes(m, ort.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		outs, err := sess.Run(feed, g.Outputs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res [][]float64
-		for _, o := range outs {
-			res = append(res, values(o))
-			o.Close()
-		}
-		return res
-	}
+	run := func(g *graph.Graph) [][]float64 { return runOutputs(t, g, feed) }
 	dynamic, static := build(-1), build(batch)
 	// The layers' inputs are x and the Concat's output; the loss's
 	// gradient reads the shape of its own input.

@@ -151,6 +151,31 @@ func values(v *ort.Value) []float64 {
 	return out
 }
 
+// runOutputs runs g on the CPU with feed and returns each graph output's
+// values.
+func runOutputs(t testing.TB, g *graph.Graph, feed map[string]*ort.Value) [][]float64 {
+	t.Helper()
+	m, err := g.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := ort.NewSessionFromBytes(m, ort.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	outs, err := sess.Run(feed, g.Outputs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res [][]float64
+	for _, o := range outs {
+		res = append(res, values(o))
+		o.Close()
+	}
+	return res
+}
+
 // checkFD builds loss = sum(op(x) * r) for a random projection r, asks
 // autodiff for d loss / dx, and compares it element by element with
 // central differences of the same ONNX Runtime forward graph.

@@ -69,27 +69,7 @@ func TestRecomputeCheapIsExact(t *testing.T) {
 		feed[n] = tensor(t, ort.Float32, shapes[n], fill(r, gen, int(ort.Numel(shapes[n]))))
 		defer feed[n].Close()
 	}
-	run := func(g *graph.Graph) [][]float64 {
-		m, err := g.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sess, err := ort.NewSessionFromBytes(m, ort.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		outs, err := sess.Run(feed, g.Outputs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res [][]float64
-		for _, o := range outs {
-			res = append(res, values(o))
-			o.Close()
-		}
-		return res
-	}
+	run := func(g *graph.Graph) [][]float64 { return runOutputs(t, g, feed) }
 	plain, _ := build(false)
 	recomputed, dropped := build(true)
 	want, got := run(plain), run(recomputed)
@@ -178,27 +158,7 @@ func TestRecomputeBlocksIsExact(t *testing.T) {
 		feed[n] = tensor(t, ort.Float32, shapes[n], fill(r, normal, int(ort.Numel(shapes[n]))))
 		defer feed[n].Close()
 	}
-	run := func(g *graph.Graph) [][]float64 {
-		m, err := g.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sess, err := ort.NewSessionFromBytes(m, ort.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		outs, err := sess.Run(feed, g.Outputs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res [][]float64
-		for _, o := range outs {
-			res = append(res, values(o))
-			o.Close()
-		}
-		return res
-	}
+	run := func(g *graph.Graph) [][]float64 { return runOutputs(t, g, feed) }
 	plain, _, _ := build(autodiff.RecomputeNone)
 	want := run(plain)
 	for _, policy := range autodiff.RecomputePolicies {

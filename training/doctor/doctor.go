@@ -622,15 +622,24 @@ func (c *check) pack(state map[string]tensor) {
 // they hold, and the flat tensors leave the state.
 func (c *check) unpack(state map[string]tensor) {
 	flat := map[string][]byte{}
-	for _, g := range c.m.Optimizer.Groups {
-		for _, f := range g.Flat {
-			flat[f.Name] = state[f.Name].raw
-			delete(state, f.Name)
-		}
+	for _, n := range c.flatNames() {
+		flat[n] = state[n].raw
+		delete(state, n)
 	}
 	optim.Unpack(c.m.Optimizer.Groups, flat, func(n string, b []byte) {
 		state[n] = tensor{state[n].dt, state[n].shape, slices.Clone(b)}
 	})
+}
+
+// flatNames are the optimizer's flat tensors' names.
+func (c *check) flatNames() []string {
+	var names []string
+	for _, g := range c.m.Optimizer.Groups {
+		for _, f := range g.Flat {
+			names = append(names, f.Name)
+		}
+	}
+	return names
 }
 
 // onFlat runs the optimizer step run with a device state packed into the
@@ -649,32 +658,24 @@ func (c *check) onFlat(s *ort.Session, state map[string]*ort.Value, run func() e
 		host[n] = t
 	}
 	c.pack(host)
-	for _, g := range c.m.Optimizer.Groups {
-		for _, f := range g.Flat {
-			v, err := upload(s, host[f.Name])
-			if err != nil {
-				return err
-			}
-			state[f.Name] = v
+	for _, n := range c.flatNames() {
+		v, err := upload(s, host[n])
+		if err != nil {
+			return err
 		}
+		state[n] = v
 	}
 	if err := run(); err != nil {
 		return err
 	}
-	for _, g := range c.m.Optimizer.Groups {
-		for _, f := range g.Flat {
-			t, err := download(s, state[f.Name])
-			if err != nil {
-				return err
-			}
-			host[f.Name] = t
+	for _, n := range c.flatNames() {
+		t, err := download(s, state[n])
+		if err != nil {
+			return err
 		}
-	}
-	for _, g := range c.m.Optimizer.Groups {
-		for _, f := range g.Flat {
-			state[f.Name].Close()
-			delete(state, f.Name)
-		}
+		host[n] = t
+		state[n].Close()
+		delete(state, n)
 	}
 	c.unpack(host)
 	for n := range state {
