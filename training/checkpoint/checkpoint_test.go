@@ -431,7 +431,9 @@ func TestKilledDuringSave(t *testing.T) {
 		}
 		lastStep = c.State.Step
 	}
-	// After the last kill a new Manager cleans up and keeps top-2 + newest.
+	// After the last kill a new Manager removes partial saves; it prunes
+	// nothing until its next save (a kill between a save and its pruning
+	// leaves one or more extra), which keeps top-2 + newest.
 	m, err := NewManager(dir, 2, "val/loss", "min")
 	if err != nil {
 		t.Fatal(err)
@@ -442,10 +444,19 @@ func TestKilledDuringSave(t *testing.T) {
 			t.Errorf("left over after cleanup: %s", de.Name())
 		}
 	}
-	if n := len(m.Entries()); n < 1 || n > 3 {
-		t.Errorf("%d checkpoints kept, want 1 to 3", n)
+	before := len(m.Entries())
+	score := 0.5
+	data := make([]byte, 8)
+	if _, err := m.Save(&State{Step: lastStep + 1, Score: &score}, []Tensor{{Name: "w", DType: ort.Float32, Shape: []int64{2}, Data: data}}); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d kills, %d of them during a save; resumed up to step %d", kills, midSave, lastStep)
+	if n := len(m.Entries()); n < 1 || n > 3 {
+		t.Errorf("%d checkpoints kept after the next save (%d before it), want 1 to 3", n, before)
+	}
+	if des, _ := os.ReadDir(dir); len(des) > 3+2 { // + "last" and "best"
+		t.Errorf("%d entries in %s after the next save, want at most 5", len(des), dir)
+	}
+	t.Logf("%d kills, %d of them during a save; resumed up to step %d; %d checkpoints before the next save", kills, midSave, lastStep, before)
 }
 
 func stepOf(dir string) int64 {
