@@ -113,7 +113,9 @@ Examples:
 }
 
 func artifactsBuild(c *cli.Context) error {
-	if err := loadORT(c, ""); err != nil {
+	// A CUDA device loads ONNX Runtime's CUDA build: its kernels are what
+	// the probe asks for.
+	if err := loadORTOn(c, "", c.String("device")); err != nil {
 		return err
 	}
 	shapes := map[string][]int64{}
@@ -134,6 +136,12 @@ func artifactsBuild(c *cli.Context) error {
 	}
 	var probe *precision.Probe
 	if mixed {
+		// Without a usable GPU every probe would fail and every product
+		// be emulated: artifacts for a GPU that would run float32 kernels
+		// on it. Refused instead.
+		if err := usableDevice("--device", ort.Options{Device: dev}); err != nil {
+			return fmt.Errorf("%w: --precision %s decides what runs in low precision from the device's kernels; build on a machine with the GPU, or let ortrain train build the artifacts there", err, c.String("precision"))
+		}
 		probe = precision.NewProbe(ort.Options{Device: dev}, graph.EmitOpset)
 	}
 	conv := autodiff.ConvFormFor(dev.CUDA)

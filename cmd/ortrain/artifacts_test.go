@@ -146,3 +146,40 @@ func TestArtifactsBuildHelpDefaults(t *testing.T) {
 		t.Errorf("help shows a zero default: %s", m)
 	}
 }
+
+// TestArtifactsBuildRefusesUnusableGPU: mixed precision for a CUDA device
+// is decided by probing that device's kernels; where it cannot be used,
+// every probe would fail and every product be emulated, so the build is
+// refused (exit 2, nothing written) instead of writing float32 artifacts
+// for a GPU. Float32 artifacts need no probe and build anywhere.
+func TestArtifactsBuildRefusesUnusableGPU(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	if err := ort.CheckDevice(ort.CUDADevice(0), ort.Options{}); err == nil {
+		t.Skip("cuda:0 is usable here")
+	}
+	dir := t.TempDir()
+	g := graph.New("lin", 17)
+	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 3}})
+	g.AddInitializer(graph.Float32s("fc.weight", []int64{2, 3}, []float32{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}))
+	b := graph.NewBuilder(g, "")
+	b.OpInto("logits", "MatMul", []string{"x", b.Op("Transpose", []string{"fc.weight"})})
+	g.Outputs = []string{"logits"}
+	model := filepath.Join(dir, "lin.onnx")
+	if err := g.Save(model, graph.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "art")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"ortrain", "artifacts", "build", "--model", model, "--loss", "mse", "--precision", "fp16", "--device", "cuda:0", "--out", out}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "cuda:0") || !strings.Contains(stderr.String(), "--precision fp16") {
+		t.Fatalf("fp16 for an unusable cuda:0: exit %d, want 2 naming the device and the precision: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused build left %s behind (%v)", out, err)
+	}
+	stderr.Reset()
+	if code := run([]string{"ortrain", "artifacts", "build", "--model", model, "--loss", "mse", "--device", "cuda:0", "--out", out}, &stdout, &stderr); code != 0 {
+		t.Errorf("float32 for cuda:0: exit %d: %s", code, stderr.String())
+	}
+}
