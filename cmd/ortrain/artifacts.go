@@ -48,7 +48,7 @@ Examples:
 					&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "fp32, or bf16 / fp16 for mixed precision (low-precision matrix products and what follows them, float32 master weights, optimizer and fragile ops)"},
 					&cli.StringFlag{Name: "device", Value: "cpu", Usage: "with --precision: the device whose kernels decide what runs in low precision (cpu, cuda:N); ops without a kernel stay float32, matrix products are emulated"},
 					&cli.Int64Flag{Name: "seed", Usage: "seeds the training graph's random nodes (Dropout masks); a run on these artifacts must use the same seed"},
-					&cli.StringFlag{Name: "conv-grad", DefaultText: "offsets", Usage: "how convolution gradients are written: ops (one ConvTranspose and one Conv or Gemm per convolution: fewer nodes) or offsets (one GEMM per kernel offset: measured faster on ONNX Runtime's CPU provider and on an H200); the same values either way"},
+					&cli.StringFlag{Name: "conv-grad", DefaultText: "offsets", Usage: "how convolution gradients are written: ops (one ConvTranspose and one Conv or Gemm per convolution: fewer nodes) or offsets (a GEMM over the kernel offsets' windows: measured faster on ONNX Runtime's CPU provider and on an H200); the same values either way"},
 					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
 					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)", DefaultText: optimDefault(func(c optim.Config) float64 { return c.LR })},

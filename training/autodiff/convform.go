@@ -20,9 +20,11 @@ const (
 	ConvFormOps ConvForm = "ops"
 	// ConvFormOffsets writes the input gradient as a Conv of the
 	// zero-interleaved output gradient by the flipped weight and the
-	// weight gradient as one GEMM per kernel offset over strided Slices:
-	// tens of nodes per convolution, which ONNX Runtime's CPU provider
-	// runs faster than the ops form's whole-map kernels.
+	// weight gradient as a GEMM over the kernel offsets' windows of the
+	// input: all offsets' windows gathered into one matrix where their
+	// index table is small (convWeightGradGather), else one GEMM per
+	// offset over strided Slices. ONNX Runtime's CPU provider and cuBLAS
+	// run these faster than the ops form's whole-map kernels.
 	ConvFormOffsets ConvForm = "offsets"
 )
 
@@ -33,8 +35,11 @@ var ConvForms = []ConvForm{ConvFormOps, ConvFormOffsets}
 // on both. On ONNX Runtime's CPU provider (a ResNet-50 step, batch 8, 224²,
 // float32, two cores) it takes 21 s and the ops form 37 s; on an H200
 // (batch 256, 16-mixed, 2026-11-26) 677 ms and the ops form 867 ms, whose
-// whole-map weight-gradient Convs cuDNN runs slowly. The ops form stays
-// for graphs that want the fewest nodes (--conv-grad ops).
+// whole-map weight-gradient Convs cuDNN runs slowly. (Those figures are
+// of one GEMM per offset; the gathered GEMM that replaced it where its
+// table is small is measured on the CPU only, the H200 is plan's
+// prediction.) The ops form stays for graphs that want the fewest nodes
+// (--conv-grad ops).
 func ConvFormFor(cuda bool) ConvForm {
 	return ConvFormOffsets
 }

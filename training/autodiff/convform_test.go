@@ -37,6 +37,14 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 			n++
 			t.Run(string(f)+"/"+c.name, func(t *testing.T) { checkFD(t, c, uint64(i)) })
 		}
+		// The offsets form's weight gradient one GEMM per offset, as it
+		// is written where the gathered table would be too large.
+		c := c
+		c.conv = autodiff.ConvFormOffsets
+		t.Run("offsets-per-offset/"+c.name, func(t *testing.T) {
+			defer autodiff.SetMaxGatherIndices(autodiff.SetMaxGatherIndices(0))
+			checkFD(t, c, uint64(i))
+		})
 	}
 	if n < 2*len(convFormCases) {
 		t.Fatalf("only %d conv cases found", n)
@@ -46,7 +54,8 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 // TestConvFormsNodes checks what each form writes for a ResNet
 // bottleneck's convolutions: the ops form a ConvTranspose per input
 // gradient and one Conv or Gemm per weight gradient, no per-offset
-// MatMul; the offsets form one MatMul per kernel offset of a 3×3 window
+// MatMul; the offsets form one Gather and one MatMul for a 3×3 window (one
+// MatMul per kernel offset where the gathered table would be too large)
 // and one Gemm for a 1×1.
 func TestConvFormsNodes(t *testing.T) {
 	count := func(f autodiff.ConvForm) map[string]int {
@@ -78,14 +87,22 @@ func TestConvFormsNodes(t *testing.T) {
 	if ops["ConvTranspose"] != 3 || ops["MatMul"] != 0 || ops["Gemm"] != 2 || ops["Conv"] != 3+1 {
 		t.Errorf("ops form: %v; want 3 ConvTranspose, 2 Gemm, 4 Conv, no MatMul", ops)
 	}
-	// The offsets' products are stacked without an Unsqueeze each; a
-	// 1×1 window's one offset is a Gemm on all of X, unsliced, and its
-	// weight needs no flip; the strided window's input gradient
-	// interleaves zeros along both axes with one Unsqueeze, one Pad and
-	// one Slice (#31).
-	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 9 || offsets["Gemm"] != 2 || offsets["ConvTranspose"] != 0 ||
-		offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 9+1+1 {
-		t.Errorf("offsets form: %v; want 9 MatMul, 2 Gemm, no ConvTranspose, 1 Unsqueeze, 2 Pad, 11 Slice", offsets)
+	// The offsets form: a 3×3 window's weight gradient is one Gather of
+	// all offsets' windows and one MatMul; a 1×1 window's one offset is a
+	// Gemm on all of X, unsliced, and its weight needs no flip; the
+	// strided window's input gradient interleaves zeros along both axes
+	// with one Unsqueeze, one Pad and one Slice (#31).
+	if offsets := count(autodiff.ConvFormOffsets); offsets["MatMul"] != 1 || offsets["Gather"] != 1 || offsets["Gemm"] != 2 || offsets["ConvTranspose"] != 0 ||
+		offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 1+1 || offsets["Concat"] != 0 {
+		t.Errorf("offsets form: %v; want 1 Gather, 1 MatMul, 2 Gemm, no ConvTranspose, 1 Unsqueeze, 2 Pad, 2 Slice, no Concat", offsets)
+	}
+	// Where the gathered table would be too large: one MatMul per
+	// offset, their products stacked without an Unsqueeze each.
+	old := autodiff.SetMaxGatherIndices(0)
+	offsets := count(autodiff.ConvFormOffsets)
+	autodiff.SetMaxGatherIndices(old)
+	if offsets["MatMul"] != 9 || offsets["Gather"] != 0 || offsets["Gemm"] != 2 || offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 9+1+1 {
+		t.Errorf("offsets form, one GEMM per offset: %v; want 9 MatMul, 2 Gemm, 1 Unsqueeze, 2 Pad, 11 Slice", offsets)
 	}
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
 		t.Error("an unknown form parsed")

@@ -1,9 +1,13 @@
 package autodiff
 
 import (
+	byteorder "encoding/binary"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -217,6 +221,9 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 	for i := int64(2); i < r; i++ {
 		toChannelsFirst = append(toChannelsFirst, i)
 	}
+	if dw := convWeightGradGather(b, xv, g, w, in, out, wshape); dw != "" {
+		return dw
+	}
 	xt := b.Transpose(xv, toChannelsFirst...) // [C, N, in...]
 	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
 		pads := make([]int64, 2*r)
@@ -266,6 +273,106 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 	}
 	dw := b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M]
 	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
+}
+
+// maxGatherIndices bounds the index table of convWeightGradGather (int32
+// elements, kernel offsets × output positions, stored in the training
+// graph): 4 MiB. Larger windows (3-D volumes at full resolution) take one
+// GEMM per offset instead.
+var maxGatherIndices int64 = 1 << 20
+
+// convWeightGradGather computes the offsets form's weight gradient with
+// all kernel offsets in one GEMM: one Gather lays out every offset's
+// strided window of the padded input as X̄ [C, K, P·N] (X in channels-
+// first, batch-last order, so each gathered position copies N contiguous
+// values), which times dY as [P·N, M] gives [C, K, M]. The same products
+// as one GEMM per offset, summed in another order, in a fixed number of
+// kernels instead of three per offset, reading dY once instead of K
+// times. It returns "" where it does not apply: one offset, sizes not
+// static, or an index table over maxGatherIndices.
+func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	k := len(in)
+	kernels, positions := int64(1), int64(1)
+	for i := range k {
+		kernels *= w.Kernel[i]
+		positions *= out[i]
+		if in[i] < 0 || out[i] < 0 {
+			return ""
+		}
+	}
+	if kernels == 1 || kernels*positions > maxGatherIndices {
+		return ""
+	}
+	padded := make([]int64, k)
+	for i := range k {
+		padded[i] = in[i] + w.Pads[i] + w.Pads[k+i]
+	}
+	r := k + 2
+	// X [N, C, in...] → [C, in..., N], padded along in...
+	perm := []int64{1}
+	for i := 2; i < r; i++ {
+		perm = append(perm, int64(i))
+	}
+	xt := b.Transpose(xv, append(perm, 0)...)
+	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
+		pads := make([]int64, 2*r)
+		for i := range k {
+			pads[1+i], pads[r+1+i] = w.Pads[i], w.Pads[k+i]
+		}
+		xt = b.Op("Pad", []string{xt, b.Ints(pads...)})
+	}
+	area := int64(1)
+	for _, p := range padded {
+		area *= p
+	}
+	xt = b.Reshape(xt, b.Ints(wshape[1], area, -1)) // [C, S, N]
+	cols := b.Op("Gather", []string{xt, gatherIndices(b, w, padded, out, kernels, positions)}, graph.AInt("axis", 1))
+	cols = b.Reshape(cols, b.Ints(wshape[1], kernels, -1)) // [C, K, P·N]
+	// dY [N, M, out...] → [out..., N, M] → [P·N, M]
+	gperm := spatialAxes(r)
+	gt := b.Reshape(b.Transpose(g, append(gperm, 0, 1)...), b.Ints(-1, wshape[0]))
+	dw := b.MatMul(cols, gt) // [C, K, M]
+	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
+}
+
+// gatherIndices is convWeightGradGather's table [K, P]: for kernel offset
+// κ and output position o, the flat position Σ (o_i·s_i + κ_i·d_i)·stride_i
+// in the padded input. Windows of one geometry share it.
+func gatherIndices(b *B, w graph.WindowAttrs, padded, out []int64, kernels, positions int64) string {
+	k := len(padded)
+	name := fmt.Sprintf("ortrain/conv/gather/k%v_s%v_d%v_in%v_out%v", w.Kernel, w.Strides, w.Dilations, padded, out)
+	name = strings.NewReplacer(" ", "x", "[", "", "]", "").Replace(name)
+	if _, ok := b.G.Initializers[name]; ok {
+		return name
+	}
+	raw := make([]byte, 0, 4*kernels*positions)
+	kappa := make([]int64, k)
+	for range kernels {
+		o := make([]int64, k)
+		for range positions {
+			flat := int64(0)
+			for i := range k {
+				flat = flat*padded[i] + o[i]*w.Strides[i] + kappa[i]*w.Dilations[i]
+			}
+			raw = byteorder.LittleEndian.AppendUint32(raw, uint32(flat))
+			next(o, out)
+		}
+		next(kappa, w.Kernel)
+	}
+	t := graph.Raw(name, dtype.Int32, []int64{kernels, positions}, raw)
+	b.G.AddInitializer(t)
+	return name
+}
+
+// next advances the row-major multi-index ix within sizes, the last axis
+// fastest, wrapping to zeros after the last.
+func next(ix, sizes []int64) {
+	for i := len(ix) - 1; i >= 0; i-- {
+		if ix[i]++; ix[i] < sizes[i] {
+			return
+		}
+		ix[i] = 0
+	}
 }
 
 // convTransposeGrad: ConvTranspose is the adjoint of the Conv with the
