@@ -66,6 +66,7 @@ Examples:
 			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "steps run before the measured ones"},
 			&cli.IntFlag{Name: "steps", Usage: "measured steps (default 5; with --memory, steps per process, default 2)"},
 			&cli.IntFlag{Name: "workers", Value: -1, Usage: "data.num_workers (default: 0 on the CPU, 8 on a GPU)"},
+			&cli.StringFlag{Name: "conv-grad", Usage: "model.conv_grad: how convolution gradients are written (ops, offsets, gemm; default: the device's)"},
 			&cli.StringFlag{Name: "recompute", Usage: "model.recompute: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (default: the size's; with --memory " + autodiff.RecomputeCheap + ")"},
 		},
 		Action: benchAction,
@@ -90,6 +91,14 @@ func benchAction(c *cli.Context) error {
 	if r := c.String("recompute"); r != "" && !slices.Contains(autodiff.RecomputePolicies, r) {
 		return usageError{fmt.Errorf("bench: --recompute %q is not one of %s", r, strings.Join(autodiff.RecomputePolicies, ", "))}
 	}
+	if f := c.String("conv-grad"); f != "" {
+		if cf, err := autodiff.ParseConvForm(f); err != nil || cf == "" {
+			return usageError{fmt.Errorf("bench: --conv-grad %q: want ops, offsets or gemm", f)}
+		}
+		if c.Bool("memory") {
+			return usageError{fmt.Errorf("bench: --conv-grad is for speed runs; --memory measures the device's form")}
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -110,7 +119,7 @@ func benchAction(c *cli.Context) error {
 	}
 	o := bench.SpeedOptions{Ortrain: self, Device: c.String("device"), Precision: c.String("precision"), Size: c.String("size"),
 		Batch: c.Int("batch"), Warmup: c.Int("warmup"), Steps: c.Int("steps"), Workers: c.Int("workers"),
-		Recompute: c.String("recompute"), Modes: c.StringSlice("mode"), Log: c.App.ErrWriter}
+		Recompute: c.String("recompute"), ConvGrad: c.String("conv-grad"), Modes: c.StringSlice("mode"), Log: c.App.ErrWriter}
 	if err := checkBenchRun(&o); err != nil {
 		return err
 	}

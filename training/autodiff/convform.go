@@ -26,31 +26,42 @@ const (
 	// offset over strided Slices. ONNX Runtime's CPU provider and cuBLAS
 	// run these faster than the ops form's whole-map kernels.
 	ConvFormOffsets ConvForm = "offsets"
+	// ConvFormGEMM writes the weight gradient as the offsets form does
+	// and the input gradient as one ConvTranspose (cuDNN's backward-data
+	// on CUDA, no zeros interleaved for a strided window, no flipped
+	// weight), except in bfloat16, which ONNX Runtime's CUDA ConvTranspose
+	// lacks, where it is the offsets form's Conv.
+	ConvFormGEMM ConvForm = "gemm"
 )
 
 // ConvForms lists the accepted forms.
-var ConvForms = []ConvForm{ConvFormOps, ConvFormOffsets}
+var ConvForms = []ConvForm{ConvFormOps, ConvFormOffsets, ConvFormGEMM}
 
-// ConvFormFor is the form measured faster on a provider: the offsets form
-// on both. On ONNX Runtime's CPU provider (a ResNet-50 step, batch 8, 224²,
-// float32, two cores) it takes 21 s and the ops form 37 s; on an H200
-// (batch 256, 16-mixed, 2026-11-26) 677 ms and the ops form 867 ms, whose
-// whole-map weight-gradient Convs cuDNN runs slowly. (Those figures are
-// of one GEMM per offset; the gathered GEMM that replaced it where its
-// table is small is measured on the CPU only, the H200 is plan's
-// prediction.) The ops form stays for graphs that want the fewest nodes
-// (--conv-grad ops).
+// ConvFormFor is the form for a provider. On ONNX Runtime's CPU provider
+// the offsets form: a ResNet-50 step (batch 8, 224², float32, two cores)
+// took 21 s with it and 37 s with the ops form, whose CPU ConvTranspose is
+// slow. On CUDA the gemm form, from two profiles of ResNet-50 at batch
+// 256, 16-mixed, on an H200 (2026-11-26): the ops form's 52 ConvTransposes
+// took 56.7 ms a step, where the offsets form's forward and input-gradient
+// Convs took 177 ms together (the input gradients about 103 of them, by
+// plan's fit), and its whole-map weight-gradient Convs made the ops form
+// slower overall (867 against 677 ms a step). The gemm form itself is
+// plan's prediction (463 → 398 ms a step), not yet a measurement; --conv-grad
+// and model.conv_grad choose another.
 func ConvFormFor(cuda bool) ConvForm {
+	if cuda {
+		return ConvFormGEMM
+	}
 	return ConvFormOffsets
 }
 
 // ParseConvForm reads a form's name; "" is the default, ConvFormOffsets.
 func ParseConvForm(s string) (ConvForm, error) {
 	switch f := ConvForm(s); f {
-	case "", ConvFormOps, ConvFormOffsets:
+	case "", ConvFormOps, ConvFormOffsets, ConvFormGEMM:
 		return f, nil
 	}
-	return "", fmt.Errorf("conv gradient form %q is not one of %s, %s", s, ConvFormOps, ConvFormOffsets)
+	return "", fmt.Errorf("conv gradient form %q is not one of %s, %s, %s", s, ConvFormOps, ConvFormOffsets, ConvFormGEMM)
 }
 
 // Options choose between equivalent formulations of gradients.

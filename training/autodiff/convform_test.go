@@ -58,15 +58,15 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 // MatMul per kernel offset where the gathered table would be too large)
 // and one Gemm for a 1×1.
 func TestConvFormsNodes(t *testing.T) {
-	count := func(f autodiff.ConvForm) map[string]int {
+	countIn := func(f autodiff.ConvForm, dt dtype.DType) map[string]int {
 		g := graph.New("bottleneck", graph.EmitOpset)
-		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 8, 6, 6}})
+		g.AddInput("x", graph.Info{DType: dt, Known: true, Shape: []int64{2, 8, 6, 6}})
 		var wrt []string
 		for _, w := range []struct {
 			name  string
 			shape []int64
 		}{{"w1", s(4, 8, 1, 1)}, {"w2", s(4, 4, 3, 3)}, {"w3", s(8, 4, 1, 1)}} {
-			g.AddInput(w.name, graph.Info{DType: dtype.Float32, Known: true, Shape: w.shape})
+			g.AddInput(w.name, graph.Info{DType: dt, Known: true, Shape: w.shape})
 			wrt = append(wrt, w.name)
 		}
 		b := graph.NewBuilder(g, "fwd/")
@@ -83,6 +83,7 @@ func TestConvFormsNodes(t *testing.T) {
 		}
 		return ops
 	}
+	count := func(f autodiff.ConvForm) map[string]int { return countIn(f, dtype.Float32) }
 	ops := count(autodiff.ConvFormOps)
 	if ops["ConvTranspose"] != 3 || ops["MatMul"] != 0 || ops["Gemm"] != 2 || ops["Conv"] != 3+1 {
 		t.Errorf("ops form: %v; want 3 ConvTranspose, 2 Gemm, 4 Conv, no MatMul", ops)
@@ -103,6 +104,34 @@ func TestConvFormsNodes(t *testing.T) {
 	autodiff.SetMaxGatherIndices(old)
 	if offsets["MatMul"] != 9 || offsets["Gather"] != 0 || offsets["Gemm"] != 2 || offsets["Unsqueeze"] != 1 || offsets["Pad"] != 1+1 || offsets["Slice"] != 9+1+1 {
 		t.Errorf("offsets form, one GEMM per offset: %v; want 9 MatMul, 2 Gemm, 1 Unsqueeze, 2 Pad, 11 Slice", offsets)
+	}
+	// The gemm form: the offsets form's weight gradients, a ConvTranspose
+	// per input gradient (no zeros interleaved, no flipped weight); in
+	// bfloat16, which ONNX Runtime's CUDA ConvTranspose lacks, the offsets
+	// form's Convs.
+	if gemm := count(autodiff.ConvFormGEMM); gemm["ConvTranspose"] != 3 || gemm["Conv"] != 3 || gemm["MatMul"] != 1 || gemm["Gather"] != 1 || gemm["Gemm"] != 2 ||
+		gemm["Unsqueeze"] != 0 || gemm["Slice"] != 0 {
+		t.Errorf("gemm form: %v; want 3 ConvTranspose, 3 Conv, 1 Gather, 1 MatMul, 2 Gemm, no Unsqueeze or Slice", gemm)
+	}
+	if gemm := countIn(autodiff.ConvFormGEMM, dtype.BFloat16); gemm["ConvTranspose"] != 0 || gemm["Conv"] != 6 || gemm["Gather"] != 1 {
+		t.Errorf("gemm form in bfloat16: %v; want no ConvTranspose, 6 Conv, 1 Gather", gemm)
+	}
+	// A volume's 27 offsets gathered would hold 27 times its input: one
+	// MatMul per offset instead.
+	vol := graph.New("volume", graph.EmitOpset)
+	vol.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
+	vol.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8, 3, 3, 3}})
+	b := graph.NewBuilder(vol, "fwd/")
+	y := b.Op("Conv", []string{"x", "w"}, ais("pads", s(1, 1, 1, 1, 1, 1)))
+	if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), []string{"w"}, "grad/", autodiff.Options{ConvForm: autodiff.ConvFormOffsets}); err != nil {
+		t.Fatal(err)
+	}
+	volOps := map[string]int{}
+	for _, n := range vol.Nodes {
+		volOps[n.Op]++
+	}
+	if volOps["Gather"] != 0 || volOps["MatMul"] != 27 {
+		t.Errorf("3×3×3 window over 32³: %v; want 27 MatMul, no Gather", volOps)
 	}
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
 		t.Error("an unknown form parsed")

@@ -26,7 +26,7 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	}
 	group := n.Int("group", 1)
 	if need[0] {
-		if convForm(b) == ConvFormOps {
+		if f := convForm(b); f == ConvFormOps || f == ConvFormGEMM && b.Info(g).DType != dtype.BFloat16 {
 			dx[0] = b.Op("ConvTranspose", []string{g, n.Inputs[1]}, windowAttrs(w, group, outputPadding(w, in, out))...)
 		} else {
 			dx[0] = convInputGrad(b, g, n.Inputs[1], w, in, out, group)
@@ -138,7 +138,7 @@ func convWeightGrad(b *B, xv, g, wv string, w graph.WindowAttrs, in, out []int64
 	// The weight fixes the input channels where inference lost them (a
 	// channel shuffle reshaped through the batch size).
 	channels := wi.Shape[1] * group
-	if group == 1 && convForm(b) == ConvFormOffsets {
+	if f := convForm(b); group == 1 && (f == ConvFormOffsets || f == ConvFormGEMM) {
 		return convWeightGradGEMM(b, xv, g, w, in, out, wi.Shape)
 	}
 	if group == 1 && pointwise(w) {
@@ -277,9 +277,15 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 
 // maxGatherIndices bounds the index table of convWeightGradGather (int32
 // elements, kernel offsets × output positions, stored in the training
-// graph): 4 MiB. Larger windows (3-D volumes at full resolution) take one
-// GEMM per offset instead.
-var maxGatherIndices int64 = 1 << 20
+// graph): 4 MiB. maxGatherColumns bounds the gathered windows per sample
+// (input channels × kernel offsets × output positions), a transient K times
+// the input's size: 2M elements, 8 MiB in float32, the most a ResNet-50
+// layer gathers at 224². Larger windows (3-D volumes: 27 offsets) take one
+// GEMM per offset instead, which holds one offset's window at a time.
+var (
+	maxGatherIndices int64 = 1 << 20
+	maxGatherColumns int64 = 1 << 21
+)
 
 // convWeightGradGather computes the offsets form's weight gradient with
 // all kernel offsets in one GEMM: one Gather lays out every offset's
@@ -289,7 +295,7 @@ var maxGatherIndices int64 = 1 << 20
 // as one GEMM per offset, summed in another order, in a fixed number of
 // kernels instead of three per offset, reading dY once instead of K
 // times. It returns "" where it does not apply: one offset, sizes not
-// static, or an index table over maxGatherIndices.
+// static, or an index table or gathered windows over their bounds.
 func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
 	k := len(in)
 	kernels, positions := int64(1), int64(1)
@@ -300,7 +306,7 @@ func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wsha
 			return ""
 		}
 	}
-	if kernels == 1 || kernels*positions > maxGatherIndices {
+	if kernels == 1 || kernels*positions > maxGatherIndices || wshape[1]*kernels*positions > maxGatherColumns {
 		return ""
 	}
 	padded := make([]int64, k)

@@ -74,6 +74,12 @@ type Model struct {
 	// block's forward run again in the backward; about a third more
 	// compute). Gradients are the same under every policy.
 	Recompute string `toml:"recompute,omitempty"`
+	// ConvGrad is how convolution gradients are written when ortrain
+	// builds the training graph: "ops", "offsets" or "gemm" (see
+	// ortrain artifacts build --conv-grad). Default "": the device's form,
+	// offsets on the CPU and gemm on CUDA. Gradients are the same in every
+	// form; the kernels, and so the speed, differ.
+	ConvGrad string `toml:"conv_grad,omitempty"`
 	// InputShapes fixes the sizes of the model's inputs by name, -1
 	// leaving a dimension free ([model.input_shapes] image = [-1, 3, 224,
 	// 224]), for gradient rules that need static sizes.

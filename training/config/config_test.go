@@ -121,6 +121,8 @@ func TestResolveErrors(t *testing.T) {
 		{"tf32 without tf32", []string{`trainer.precision="tf32"`, "runtime.use_tf32=false"}, []string{"runtime.use_tf32", "tf32"}},
 		{"zero devices", []string{"trainer.devices=0"}, []string{"trainer.devices", "≥ 1"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
+		{"unknown conv gradient form", []string{`model.conv_grad="im2col"`}, []string{"model.conv_grad", "im2col", "gemm"}},
+		{"conv gradient form for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.conv_grad="ops"`}, []string{"model.conv_grad", "artifacts build --conv-grad"}},
 		{"frozen for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.frozen=["enc.*"]`}, []string{"model.frozen", "artifacts build --frozen"}},
 		{"trainable for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.trainable=["head.*"]`}, []string{"model.trainable", "prebuilt artifacts"}},
 		// Absurd counts, refused before a loader, a step or a thread pool

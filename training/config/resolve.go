@@ -83,6 +83,16 @@ func (c *Config) Resolve() error {
 			bad("model.recompute", "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) keep the policy they were built with (ortrain artifacts build --recompute)")
 		}
 	}
+	if m.ConvGrad != "" {
+		var forms []string
+		for _, f := range autodiff.ConvForms {
+			forms = append(forms, string(f))
+		}
+		oneOf("model.conv_grad", m.ConvGrad, forms...)
+		if m.Artifacts != "" {
+			bad("model.conv_grad", "applies when ortrain builds the training graph; prebuilt artifacts (model.artifacts) keep the form they were built with (ortrain artifacts build --conv-grad)")
+		}
+	}
 	for _, t := range m.Trainable {
 		if slices.Contains(m.Frozen, t) {
 			bad("model.frozen", "%q is both trainable and frozen", t)

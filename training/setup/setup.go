@@ -403,6 +403,9 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)
 	}
 	opts.ConvForm = autodiff.ConvFormFor(session.Device.CUDA)
+	if mc.ConvGrad != "" {
+		opts.ConvForm = autodiff.ConvForm(mc.ConvGrad) // checked by the config
+	}
 	source := mc.ONNX
 	if mc.ONNX == "" {
 		rm, err := models.Build(mc.Recipe, mc.Params)

@@ -104,3 +104,52 @@ func TestArtifactsWithoutTheModelFile(t *testing.T) {
 		t.Errorf("a new build without the model file: %v; want a config error on model.onnx", err)
 	}
 }
+
+// TestConvGradForm: model.conv_grad chooses how the training graph writes
+// convolution gradients; unset, the device's form (offsets on the CPU,
+// whose input gradients are Convs, no ConvTranspose).
+func TestConvGradForm(t *testing.T) {
+	orttest.Init(t)
+	for _, c := range []struct {
+		form           string
+		convTransposes bool
+	}{{"", false}, {"offsets", false}, {"ops", true}, {"gemm", true}} {
+		cfg, err := config.Parse([]byte(`name = "a"
+[model]
+recipe = "resnet"
+conv_grad = "`+c.form+`"
+[model.params]
+depth = 18
+width = 4
+classes = 3
+image_size = 32
+[data]
+kind = "synthetic"
+[trainer]
+max_steps = 1
+`), "a.toml")
+		if err == nil {
+			err = cfg.Resolve()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, _, err := Artifacts(cfg, t.TempDir(), ort.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := graph.Load(filepath.Join(dir, "training.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, node := range g.Nodes {
+			if node.Op == "ConvTranspose" {
+				n++
+			}
+		}
+		if (n > 0) != c.convTransposes {
+			t.Errorf("model.conv_grad %q: %d ConvTranspose nodes, want some: %v", c.form, n, c.convTransposes)
+		}
+	}
+}
