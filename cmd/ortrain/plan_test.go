@@ -333,3 +333,34 @@ func TestPlanTensorSizes(t *testing.T) {
 		t.Errorf("vqgan3d-h200 at batch 4: exit %d, want 2 and %q:\n%s%s", code, want, out, errs)
 	}
 }
+
+// TestPlanMemoryOnTheGPU: for a mixed-precision run on a GPU, planned on
+// the CPU (where the low-precision products are emulated with float32
+// copies), plan --memory also replays the graph as the GPU's kernels type
+// it: a smaller figure than the emulated bound, printed on its own line.
+func TestPlanMemoryOnTheGPU(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	args := []string{"ortrain", "plan", "--preset", "quickstart", "--memory", "--set", "trainer.device=cuda:0", "--set", "trainer.precision=16-mixed"}
+	var stdout, stderr bytes.Buffer
+	if code := run(append(args, "--json"), &stdout, &stderr); code != 0 {
+		t.Fatalf("plan: exit %d: %s", code, stderr.String())
+	}
+	var p struct {
+		Activations struct {
+			PeakBytes        int64 `json:"peak_bytes"`
+			Emulated         bool  `json:"emulated"`
+			DeviceTypedBytes int64 `json:"device_typed_peak_bytes"`
+		} `json:"activations"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Activations; !a.Emulated || a.DeviceTypedBytes <= 0 || a.DeviceTypedBytes >= a.PeakBytes {
+		t.Errorf("emulated %v, peak %d, as the GPU types it %d; want an emulated plan and a smaller positive GPU figure", a.Emulated, a.PeakBytes, a.DeviceTypedBytes)
+	}
+	stdout.Reset()
+	if code := run(args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "on the GPU") {
+		t.Errorf("plan: exit %d; want an \"on the GPU\" line: %s", code, stdout.String())
+	}
+}

@@ -154,6 +154,13 @@ func (r *MemoryReport) StepPeak(sharedArena bool) int64 {
 // batch size (memplan): the intermediate values live at the peak of a
 // step, beside the training state.
 func Memory(dir string, batch int64) (*MemoryReport, error) {
+	return MemoryAs(dir, batch, nil)
+}
+
+// MemoryAs is Memory with the training graph, at the batch's shapes,
+// rewritten by retype before the replay (nil: as built): how another
+// device would type and run it.
+func MemoryAs(dir string, batch int64, retype func(c *graph.Graph)) (*MemoryReport, error) {
 	m, err := Load(dir)
 	if err != nil {
 		return nil, err
@@ -171,6 +178,9 @@ func Memory(dir string, batch int64) (*MemoryReport, error) {
 	c, err := memplan.Concrete(g, dims)
 	if err != nil {
 		return nil, &Error{fmt.Sprintf("%s: %v (only the batch dimension may be symbolic)", dir, err)}
+	}
+	if retype != nil {
+		retype(c)
 	}
 	// State tensors are training-graph inputs (optimizer states take their
 	// parameter's shape); all are double-buffered but frozen parameters.

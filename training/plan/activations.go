@@ -7,6 +7,7 @@ import (
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/setup"
 	"github.com/ortrain/ortrain/training/trainer"
@@ -39,6 +40,11 @@ type Activations struct {
 	// holds them in float32 with rounding copies, more than a GPU with
 	// bfloat16/float16 kernels holds; a float32 plan is the closer figure.
 	Emulated bool `json:"emulated,omitempty"`
+	// DeviceTypedBytes is, for an emulated plan of a GPU run, the replay
+	// of the graph as the GPU's low-precision kernels type it (low values
+	// in 2 bytes, no rounding copies): the estimate of the GPU's peak, which
+	// PeakBytes bounds from above.
+	DeviceTypedBytes int64 `json:"device_typed_peak_bytes,omitempty"`
 	// Probe is the step measured on this machine (plan --probe); nil
 	// without.
 	Probe *Probe `json:"probe,omitempty"`
@@ -110,7 +116,18 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	dir, m, err := setup.Artifacts(c, tmp, session)
+	// The plan's device is the run's, not session's (plans are made on
+	// the CPU): the graphs share an arena on the CPU, and a GPU run writes
+	// convolution gradients in CUDA's form.
+	dev, err := ort.ParseDevice(c.Trainer.Device)
+	shared := err != nil || !dev.CUDA
+	built := c
+	if !shared && c.Model.ConvGrad == "" && c.Model.Artifacts == "" {
+		cc := *c
+		cc.Model.ConvGrad = string(autodiff.ConvFormFor(true))
+		built = &cc
+	}
+	dir, m, err := setup.Artifacts(built, tmp, session)
 	if err != nil {
 		return err
 	}
@@ -119,10 +136,6 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 	if err != nil {
 		return err
 	}
-	// The graphs share an arena on the CPU (the plan's device is the
-	// run's, not session's: plans are made on the CPU).
-	dev, err := ort.ParseDevice(c.Trainer.Device)
-	shared := err != nil || !dev.CUDA
 	peak := r.StepPeak(shared)
 	a := &Activations{Batch: batch, Recompute: c.Model.Recompute, PeakBytes: peak, PerSample: peak / max(batch, 1), OptimizerBytes: r.Optimizer,
 		InputBytes: r.Inputs, StateBytes: r.State, Emulated: m.Precision.EmulatedNodes > 0, shared: shared}
@@ -130,6 +143,11 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 		a.Recompute = "cheap"
 	}
 	a.TotalBytes = a.PeakBytes + a.InputBytes + a.StateBytes
+	if a.Emulated && !shared {
+		if a.DeviceTypedBytes, err = deviceTypedPeak(dir, m, batch, shared); err != nil {
+			return err
+		}
+	}
 	p.Activations = a
 	if a.Sizes, err = setup.CheckSizes(c, dir); err != nil {
 		return err

@@ -11,8 +11,9 @@ import (
 // PredictStep predicts c's training step on gpu at the per-device batch:
 // prebuilt artifacts (model.artifacts) as they are, else artifacts built
 // in a temporary directory, which it removes, as a CUDA run builds them
-// (convolution gradients in the ops form; low-precision kernels probed
-// through the loaded ONNX Runtime, emulated where it has no CUDA).
+// (convolution gradients in CUDA's form, autodiff.ConvFormFor; low-precision
+// kernels probed through the loaded ONNX Runtime, emulated where it has no
+// CUDA).
 func PredictStep(c *config.Config, gpu GPU) (*StepTime, error) {
 	tmp, err := os.MkdirTemp("", "ortrain-plan-step-")
 	if err != nil {

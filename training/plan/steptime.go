@@ -405,8 +405,20 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 	return out
 }
 
-// lowTyping replays precision.Autocast's typing with every low-precision
-// kernel present, over a graph built where they were emulated (every
+// lacksBF16 are the matrix products ONNX Runtime's CUDA provider has no
+// bfloat16 kernel for (its Conv and ConvTranspose register float, double
+// and float16): in a bf16-mixed run they stay emulated, float32 kernels
+// between rounding Casts, as the probe finds.
+var lacksBF16 = map[string]bool{"Conv": true, "ConvTranspose": true}
+
+// emulatedOn reports whether the device runs product n in float32 on
+// rounded values rather than in low.
+func emulatedOn(n *graph.Node, low dtype.DType) bool {
+	return low == dtype.BFloat16 && lacksBF16[n.Op]
+}
+
+// lowTyping replays precision.Autocast's typing with the low-precision
+// kernels present (but lacksBF16), over a graph built where they were emulated (every
 // ortrain build on a CPU): low[v] when the device would hold v in the low
 // type. A product reads and writes the low type; a Follow op whose float
 // activations are all low (or float32 copies of low values) runs low; a
@@ -446,13 +458,13 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				lowVal[n.Outputs[0]], up[n.Outputs[0]] = true, true
 				needed := false
 				for _, r := range consumers[n.Outputs[0]] {
-					needed = needed || precision.ClassOf(r) == precision.FP32
+					needed = needed || precision.ClassOf(r) == precision.FP32 || emulatedOn(r, low)
 				}
 				elide[n] = !needed
 			}
 		case precision.ClassOf(n) == precision.Low:
 			for _, o := range n.Outputs {
-				lowVal[o] = g.Info(o).Float()
+				lowVal[o] = g.Info(o).Float() && !emulatedOn(n, low)
 			}
 		case precision.ClassOf(n) == precision.Follow:
 			sawLow, sawFull := false, false

@@ -60,7 +60,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 		} else if sz != nil {
 			row("tensor sizes", "%d over 2^31 − 1 elements at batch %d (what CUDA kernels take): %s; %s", len(sz.Over), sz.Batch, sz.Describe(), sz.Advice)
 		}
-		if a.Emulated {
+		switch {
+		case a.Emulated && a.DeviceTypedBytes > 0:
+			row("on the GPU", "%s at batch %d: activations %s as its low-precision kernels type the graph (low-precision values in 2 bytes, no rounding copies) + batch and training state %s; the figure above, emulated here (float32 with rounding copies), bounds it",
+				data.FormatBytes(a.DeviceTypedBytes+a.InputBytes+a.StateBytes), a.Batch, data.FormatBytes(a.DeviceTypedBytes), data.FormatBytes(a.InputBytes+a.StateBytes))
+		case a.Emulated:
 			row("", "the low-precision products were emulated here (float32 with rounding copies), which holds more than a GPU with their kernels: --set trainer.precision=32 gives the closer upper bound")
 		}
 	}
