@@ -162,12 +162,31 @@ func (r *recomputation) chooseCheap(keep, data map[string]bool) {
 			continue
 		}
 		r.kept[v] = false
-		if recomputable(v, recomputeDepth) {
+		switch narrow := r.narrowSource(v); {
+		case recomputable(v, recomputeDepth):
 			r.dropped[v] = true
-		} else {
+		case narrow != "":
+			r.kept[narrow], r.dropped[v] = true, true
+		default:
 			r.kept[v] = true
 		}
 	}
+}
+
+// narrowSource is u where v = Cast(u) widens a float (a float16
+// convolution output that a float32 normalisation reads): keeping u and
+// casting again in the backward holds half the bytes. "" otherwise.
+func (r *recomputation) narrowSource(v string) string {
+	p := r.prod[v]
+	if p == nil || p.Op != "Cast" || !repeatable(p) {
+		return ""
+	}
+	u := p.Input(0)
+	from, to := r.g.Info(u), r.g.Info(v)
+	if !from.Float() || !to.Float() || from.DType.Size() >= to.DType.Size() {
+		return ""
+	}
+	return u
 }
 
 // chooseBlocks keeps block boundaries (see boundaries), the outputs of

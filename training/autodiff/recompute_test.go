@@ -292,3 +292,34 @@ func TestRecomputeCheapKeepsWeightCasts(t *testing.T) {
 		t.Errorf("recomputed Casts, by the input they start from: %v; want both of x's and none of w's", recast)
 	}
 }
+
+// TestRecomputeCheapKeepsNarrowSource: a float32 copy of a float16 value
+// that the backward reads (a BatchNorm's input after a float16 Conv) is
+// cast again in the backward from the float16 value, which is kept
+// instead: half the bytes held across the step, the same values.
+func TestRecomputeCheapKeepsNarrowSource(t *testing.T) {
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2, 3}})
+	g.AddInput("w", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{3, 4}})
+	b := graph.NewBuilder(g, "fwd/")
+	low := b.Cast(b.MatMul("x", "w"), ort.Float16)
+	wide := b.Cast(low, ort.Float32)
+	loss := b.ReduceSum(b.Mul(wide, wide), false)
+	forward := len(g.Nodes)
+	if _, err := autodiff.Gradients(g, loss, []string{"w"}, "grad/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := autodiff.Recompute(g, forward, map[string]bool{loss: true}, map[string]bool{"x": true}, autodiff.RecomputeCheap); err != nil {
+		t.Fatal(err)
+	}
+	readsLow, readsWide := false, false
+	for _, n := range g.Nodes[forward:] {
+		for _, in := range n.Inputs {
+			readsLow = readsLow || in == low
+			readsWide = readsWide || in == wide
+		}
+	}
+	if !readsLow || readsWide {
+		t.Errorf("the backward reads the float16 value: %v, the float32 copy: %v; want only the float16 one", readsLow, readsWide)
+	}
+}
