@@ -378,7 +378,7 @@ func arithmetic(c *config.Config, m *artifacts.Manifest) string {
 	case config.BF16Mixed, config.FP16Mixed:
 		low := map[config.Precision]string{config.BF16Mixed: "bfloat16", config.FP16Mixed: "float16"}[c.Trainer.Precision]
 		s := "matrix products (MatMul, Gemm, Conv, ConvTranspose, Einsum) and the element-wise ops after them in " + low +
-			"; softmax, exp/log, normalisations, reductions and losses in float32; master weights, gradients and optimizer state in float32" +
+			"; softmax, exp/log, normalisations, reductions and losses in float32 (BatchNorm's output back in its input's type, as autocast has it); master weights, gradients and optimizer state in float32" +
 			" (the training state below); the run's first lines count the nodes, after probing the device's kernels; on the CPU the " + low +
 			" products are emulated (float32 kernels on rounded values)"
 		if c.Trainer.Precision == config.FP16Mixed {

@@ -3,7 +3,8 @@
 //
 // Op classes (Class): matrix products (MatMul, Gemm, Conv, ConvTranspose,
 // Einsum) run in the low precision; numerically fragile ops (exp and log,
-// powers, softmax, normalisations, reductions, losses) run in float32;
+// powers, softmax, normalisations, reductions, losses) run in float32
+// (BatchNorm hands its output back in its input's type, outputsInputType);
 // element-wise and shape ops follow their inputs, in the low precision
 // when every activation they read is low and in float32 when one is
 // float32, as PyTorch promotes `bf16 + fp32` to fp32 (a residual stream
@@ -70,6 +71,15 @@ var followOps = map[string]bool{
 	"MaxPool": true, "AveragePool": true, "GlobalAveragePool": true, "GlobalMaxPool": true, "Resize": true,
 	"Dropout": true, "ScatterND": true, "ScatterElements": true, "Trilu": true,
 }
+
+// outputsInputType are float32 ops whose output autocast leaves in the
+// type of their input: PyTorch's autocast lists batch_norm neither among
+// the low-precision ops nor among the float32 ones, and cuDNN runs it on a
+// float16 or bfloat16 input in float32 with an output of the input's type.
+// So a BatchNorm after a low-precision Conv computes in float32 here too,
+// and its output is rounded back to the low type, in which the ReLU and
+// residual Add after it run (and are kept for the backward).
+var outputsInputType = map[string]bool{"BatchNormalization": true, graph.BatchNormTrainingOp: true}
 
 // ClassOf returns n's class.
 func ClassOf(n *graph.Node) Class {
@@ -217,6 +227,12 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		}
 		target := dtype.Float32
 		emulate := false
+		// lowOut: the op computes in float32 and rounds its output back
+		// to the low type of its activation input (outputsInputType).
+		lowOut := false
+		if x := n.Input(0); outputsInputType[n.Op] && activation[x] && (typ(x) == o.Low || up[x] != "") {
+			lowOut = n.Domain == "" || n.Domain == graph.StopGradientDomain
+		}
 		switch ClassOf(n) {
 		case Low:
 			if has(n, o.Low) {
@@ -251,6 +267,16 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		}
 		emit(n)
 		g.InferNode(n)
+		if lowOut && n.Outputs[0] != "" && typ(n.Outputs[0]) == dtype.Float32 {
+			v := n.Outputs[0]
+			f := rename(n, 0)
+			g.Infos[f] = g.Info(v)
+			activation[f] = activation[v]
+			emit(&graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{f}, Outputs: []string{v}, Attrs: []*onnxpb.AttributeProto{graph.AInt("to", int64(o.Low))}})
+			info := g.Info(f)
+			info.DType = o.Low
+			g.Infos[v] = info
+		}
 		switch {
 		case emulate:
 			rep.Emulated++

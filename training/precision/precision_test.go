@@ -200,3 +200,48 @@ func TestParseNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestAutocastBatchNormKeepsInputType: a BatchNorm after a low-precision
+// Conv computes in float32 and hands its output back in the low type, as
+// PyTorch's autocast runs batch_norm (in its input's type, cuDNN computing
+// in float32): the ReLU after it runs low. After a float32 input it stays
+// float32.
+func TestAutocastBatchNormKeepsInputType(t *testing.T) {
+	build := func(conv bool) *graph.Graph {
+		g := graph.New("t", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{2, 3, 4, 4}})
+		for name, shape := range map[string][]int64{"w": {3, 3, 1, 1}, "s": {3}, "b": {3}, "m": {3}, "v": {3}} {
+			g.AddInput(name, graph.Info{DType: ort.Float32, Known: true, Shape: shape})
+		}
+		b := graph.NewBuilder(g, "")
+		h := "x"
+		if conv {
+			h = b.Op("Conv", []string{"x", "w"})
+		}
+		g.Outputs = []string{b.Relu(b.Op("BatchNormalization", []string{h, "s", "b", "m", "v"}))}
+		return g
+	}
+	ws := map[string]bool{"w": true, "s": true, "b": true, "m": true, "v": true}
+	for _, conv := range []bool{true, false} {
+		g := build(conv)
+		if _, err := Autocast(g, Options{Low: ort.Float16, Weights: ws}); err != nil {
+			t.Fatal(err)
+		}
+		want := ort.Float32
+		if conv {
+			want = ort.Float16
+		}
+		for _, n := range g.Nodes {
+			switch n.Op {
+			case "BatchNormalization":
+				if dt := g.Info(n.Inputs[0]).DType; dt != ort.Float32 {
+					t.Errorf("conv %v: BatchNorm reads %s, want float32", conv, dt)
+				}
+			case "Relu":
+				if dt := g.Info(n.Outputs[0]).DType; dt != want {
+					t.Errorf("conv %v: Relu after BatchNorm runs in %s, want %s", conv, dt, want)
+				}
+			}
+		}
+	}
+}
