@@ -1,6 +1,12 @@
 package autodiff_test
 
-import "github.com/ortrain/ortrain/training/graph"
+import (
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
 
 // Cases for rules_act.go. The activations and trigonometric ops have only
 // float32 kernels on ONNX Runtime's CPU, so they run under the float32
@@ -109,3 +115,29 @@ func init() {
 }
 
 func init() { ruleCases = append(ruleCases, actCases...) }
+
+// TestMaxPoolGradientAddsInFloat32: a float16 MaxPool's overlapping
+// windows add their gradients in float32 (ScatterElements reads and
+// writes float32), and the input's gradient leaves in float16.
+func TestMaxPoolGradientAddsInFloat32(t *testing.T) {
+	g := graph.New("pool", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: dtype.Float16, Known: true, Shape: []int64{2, 3, 8, 8}})
+	b := graph.NewBuilder(g, "fwd/")
+	y := b.Op("MaxPool", []string{"x"}, ais("kernel_shape", s(3, 3)), ais("strides", s(2, 2)), ais("pads", s(1, 1, 1, 1)))
+	grads, err := autodiff.Gradients(g, b.ReduceSum(b.Cast(y, dtype.Float32), false), []string{"x"}, "grad/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scatters := 0
+	for _, n := range g.Nodes {
+		if n.Op == "ScatterElements" {
+			scatters++
+			if dt := g.Info(n.Outputs[0]).DType; dt != dtype.Float32 || g.Info(n.Inputs[2]).DType != dtype.Float32 {
+				t.Errorf("ScatterElements writes %s from %s; want float32", dt, g.Info(n.Inputs[2]).DType)
+			}
+		}
+	}
+	if scatters != 1 || g.Info(grads["x"]).DType != dtype.Float16 {
+		t.Errorf("%d ScatterElements, x's gradient in %s; want 1 and float16", scatters, g.Info(grads["x"]).DType)
+	}
+}

@@ -433,9 +433,20 @@ func maxPoolGrad(b *B, n *N, dy []string, need []bool) []string {
 		idx = b.G.AddOutput(n, y(n)+"_indices")
 	}
 	flat := b.Ints(-1)
-	z := b.ZerosLike(b.Reshape(x(n), flat))
-	s := b.Op("ScatterElements", []string{z, b.Reshape(idx, flat), b.Reshape(dy[0], flat)},
+	// Overlapping windows' gradients add up in float32 where the pool ran
+	// in float16 or bfloat16 (as PyTorch accumulates them), which also
+	// keeps the scatter on ONNX Runtime's float32 kernel.
+	g, dt := dy[0], b.Info(dy[0]).DType
+	low := dt == dtype.Float16 || dt == dtype.BFloat16
+	if low {
+		g = b.Cast(g, dtype.Float32)
+	}
+	z := b.ZerosLikeIn(b.Reshape(x(n), flat), b.Info(g).DType)
+	s := b.Op("ScatterElements", []string{z, b.Reshape(idx, flat), b.Reshape(g, flat)},
 		graph.AInt("axis", 0), graph.AString("reduction", "add"))
+	if low {
+		s = b.Cast(s, dt)
+	}
 	dx[0] = b.ReshapeLike(s, x(n))
 	return dx
 }

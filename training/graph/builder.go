@@ -372,9 +372,12 @@ func (b *Builder) Numel(x string, dt dtype.DType, axes ...int64) string {
 }
 
 // ZerosLike returns zeros with x's runtime shape and type.
-func (b *Builder) ZerosLike(x string) string {
+func (b *Builder) ZerosLike(x string) string { return b.ZerosLikeIn(x, b.Info(x).DType) }
+
+// ZerosLikeIn is zeros of x's shape in type dt (x's data is not read).
+func (b *Builder) ZerosLikeIn(x string, dt dtype.DType) string {
 	xi := b.Info(x)
-	zero, err := Floats("", xi.DType, []int64{1}, []float64{0})
+	zero, err := Floats("", dt, []int64{1}, []float64{0})
 	if err != nil {
 		return b.Fail("%w", err)
 	}

@@ -4,7 +4,8 @@
 // Op classes (Class): matrix products (MatMul, Gemm, Conv, ConvTranspose,
 // Einsum) run in the low precision; numerically fragile ops (exp and log,
 // powers, softmax, normalisations, reductions, losses) run in float32
-// (BatchNorm hands its output back in its input's type, outputsInputType);
+// (in float16, BatchNorm hands its output back in its input's type,
+// outputsInputType);
 // element-wise and shape ops follow their inputs, in the low precision
 // when every activation they read is low and in float32 when one is
 // float32, as PyTorch promotes `bf16 + fp32` to fp32 (a residual stream
@@ -78,7 +79,10 @@ var followOps = map[string]bool{
 // float16 or bfloat16 input in float32 with an output of the input's type.
 // So a BatchNorm after a low-precision Conv computes in float32 here too,
 // and its output is rounded back to the low type, in which the ReLU and
-// residual Add after it run (and are kept for the backward).
+// residual Add after it run (and are kept for the backward). In float16
+// only: ONNX Runtime's CUDA comparison kernels (Greater, which a ReLU's
+// gradient reads) have no bfloat16 one, so in bfloat16 the output stays
+// float32, as before.
 var outputsInputType = map[string]bool{"BatchNormalization": true, graph.BatchNormTrainingOp: true}
 
 // ClassOf returns n's class.
@@ -230,7 +234,7 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		// lowOut: the op computes in float32 and rounds its output back
 		// to the low type of its activation input (outputsInputType).
 		lowOut := false
-		if x := n.Input(0); outputsInputType[n.Op] && activation[x] && (typ(x) == o.Low || up[x] != "") {
+		if x := n.Input(0); outputsInputType[n.Op] && o.Low == dtype.Float16 && activation[x] && (typ(x) == o.Low || up[x] != "") {
 			lowOut = n.Domain == "" || n.Domain == graph.StopGradientDomain
 		}
 		switch ClassOf(n) {

@@ -204,8 +204,8 @@ func TestParseNamesTheFlag(t *testing.T) {
 // TestAutocastBatchNormKeepsInputType: a BatchNorm after a low-precision
 // Conv computes in float32 and hands its output back in the low type, as
 // PyTorch's autocast runs batch_norm (in its input's type, cuDNN computing
-// in float32): the ReLU after it runs low. After a float32 input it stays
-// float32.
+// in float32): the ReLU after it runs low. After a float32 input, or in
+// bfloat16 (see outputsInputType), it stays float32.
 func TestAutocastBatchNormKeepsInputType(t *testing.T) {
 	build := func(conv bool) *graph.Graph {
 		g := graph.New("t", graph.EmitOpset)
@@ -222,13 +222,17 @@ func TestAutocastBatchNormKeepsInputType(t *testing.T) {
 		return g
 	}
 	ws := map[string]bool{"w": true, "s": true, "b": true, "m": true, "v": true}
-	for _, conv := range []bool{true, false} {
+	for _, c := range []struct {
+		conv bool
+		low  ort.DType
+	}{{true, ort.Float16}, {false, ort.Float16}, {true, ort.BFloat16}} {
+		conv := c.conv
 		g := build(conv)
-		if _, err := Autocast(g, Options{Low: ort.Float16, Weights: ws}); err != nil {
+		if _, err := Autocast(g, Options{Low: c.low, Weights: ws}); err != nil {
 			t.Fatal(err)
 		}
 		want := ort.Float32
-		if conv {
+		if conv && c.low == ort.Float16 {
 			want = ort.Float16
 		}
 		for _, n := range g.Nodes {
@@ -239,7 +243,7 @@ func TestAutocastBatchNormKeepsInputType(t *testing.T) {
 				}
 			case "Relu":
 				if dt := g.Info(n.Outputs[0]).DType; dt != want {
-					t.Errorf("conv %v: Relu after BatchNorm runs in %s, want %s", conv, dt, want)
+					t.Errorf("conv %v, %s: Relu after BatchNorm runs in %s, want %s", conv, c.low, dt, want)
 				}
 			}
 		}
