@@ -48,7 +48,7 @@ Examples:
 					&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "fp32, or bf16 / fp16 for mixed precision (low-precision matrix products and what follows them, float32 master weights, optimizer and fragile ops)"},
 					&cli.StringFlag{Name: "device", Value: "cpu", Usage: "with --precision: the device whose kernels decide what runs in low precision (cpu, cuda:N); ops without a kernel stay float32, matrix products are emulated"},
 					&cli.Int64Flag{Name: "seed", Usage: "seeds the training graph's random nodes (Dropout masks); a run on these artifacts must use the same seed"},
-					&cli.StringFlag{Name: "conv-grad", DefaultText: "offsets", Usage: "how convolution gradients are written: ops (one ConvTranspose and one Conv or Gemm per convolution: fewer nodes) or offsets (a GEMM over the kernel offsets' windows: measured faster on ONNX Runtime's CPU provider and on an H200); the same values either way"},
+					&cli.StringFlag{Name: "conv-grad", DefaultText: "offsets on the CPU, gemm on CUDA", Usage: "how convolution gradients are written: ops (one ConvTranspose and one Conv or Gemm per convolution: fewer nodes), offsets (the input gradient a Conv, the weight gradient a GEMM over the kernel offsets' windows: measured faster on ONNX Runtime's CPU provider and on an H200) or gemm (the offsets form's weight gradient, the input gradient one ConvTranspose: cuDNN's backward-data); the same values in every form"},
 					&cli.StringFlag{Name: "recompute", Value: autodiff.RecomputeCheap, Usage: "what the backward recomputes instead of keeping: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (blocks: activation checkpointing); gradients are the same"},
 					&cli.StringFlag{Name: "optimizer", Value: "adamw", Usage: "adamw or sgd"},
 					&cli.Float64Flag{Name: "lr", Usage: "default learning rate recorded in the manifest (the graph takes lr as an input)", DefaultText: optimDefault(func(c optim.Config) float64 { return c.LR })},
@@ -147,7 +147,7 @@ func artifactsBuild(c *cli.Context) error {
 	conv := autodiff.ConvFormFor(dev.CUDA)
 	if c.IsSet("conv-grad") {
 		if conv, err = autodiff.ParseConvForm(c.String("conv-grad")); err != nil || conv == "" {
-			return usageError{fmt.Errorf("--conv-grad %q: want ops or offsets", c.String("conv-grad"))}
+			return usageError{fmt.Errorf("--conv-grad %q: want ops, offsets or gemm", c.String("conv-grad"))}
 		}
 	}
 	m, err := artifacts.Build(artifacts.Options{

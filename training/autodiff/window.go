@@ -208,21 +208,23 @@ func convWeightGradPointwise(b *B, xv, g string, wshape []int64) string {
 }
 
 // convWeightGradGEMM computes dW[m,c,κ] = Σ_{n,o} dY[n,m,o]·X̄[n,c,o·s+κ·d]
-// (X̄ the padded input) as one matrix product per kernel offset κ:
-// the strided slice of X̄ that offset reads, as [C, N·P], times dY as
-// [N·P, M] (for a 1×1 window, dY's transpose times the slice's). Written as a Conv whose kernel is the whole output map, ONNX
-// Runtime's CPU provider runs it several times slower, materialising a
-// kernel-sized im2col for every offset.
+// (X̄ the padded input): all offsets in one GEMM where their windows are
+// small enough to gather (convWeightGradGather), else one matrix product
+// per kernel offset κ, the strided slice of X̄ that offset reads, as
+// [C, N·P], times dY as [N·P, M] (for a 1×1 window, dY's transpose times
+// the slice's). Written as a Conv whose kernel is the whole output map,
+// ONNX Runtime's CPU provider runs it several times slower, materialising
+// a kernel-sized im2col for every offset.
 func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	if dw := convWeightGradGather(b, xv, g, w, in, out, wshape); dw != "" {
+		return dw
+	}
 	k := len(in)
 	r := int64(k + 2)
 	m := wshape[0]
 	toChannelsFirst := []int64{1, 0}
 	for i := int64(2); i < r; i++ {
 		toChannelsFirst = append(toChannelsFirst, i)
-	}
-	if dw := convWeightGradGather(b, xv, g, w, in, out, wshape); dw != "" {
-		return dw
 	}
 	xt := b.Transpose(xv, toChannelsFirst...) // [C, N, in...]
 	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
