@@ -54,13 +54,8 @@ func deviceTyped(low dtype.DType, data map[string]bool) func(c *graph.Graph) {
 // GPU with m's low-precision kernels types it (deviceTyped); 0 for
 // artifacts without mixed precision.
 func deviceTypedPeak(dir string, m *artifacts.Manifest, batch int64, shared bool) (int64, error) {
-	var low dtype.DType
-	switch m.Precision.Compute {
-	case "float16":
-		low = dtype.Float16
-	case "bfloat16":
-		low = dtype.BFloat16
-	default:
+	low := lowType(m)
+	if low == 0 {
 		return 0, nil
 	}
 	data := map[string]bool{}
@@ -72,4 +67,15 @@ func deviceTypedPeak(dir string, m *artifacts.Manifest, batch int64, shared bool
 		return 0, err
 	}
 	return r.StepPeak(shared), nil
+}
+
+// lowType is the artifacts' low-precision compute type, 0 for float32.
+func lowType(m *artifacts.Manifest) dtype.DType {
+	switch m.Precision.Compute {
+	case "float16":
+		return dtype.Float16
+	case "bfloat16":
+		return dtype.BFloat16
+	}
+	return 0
 }

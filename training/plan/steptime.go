@@ -242,12 +242,7 @@ func loadStep(dir string, batch int64, o StepOptions) (train, opt *graph.Graph, 
 			o.HostBytes += valueBytes(train, d.Name)
 		}
 	}
-	switch m.Precision.Compute {
-	case "float16":
-		o.low = dtype.Float16
-	case "bfloat16":
-		o.low = dtype.BFloat16
-	}
+	o.low = lowType(m)
 	return train, opt, o, nil
 }
 
