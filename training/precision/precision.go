@@ -211,6 +211,21 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		n.Outputs[i] = fresh
 		return fresh
 	}
+	// outputLow hands n's float32 output i back in the low type: n writes
+	// a fresh float32 value and a Cast gives the old name the low type.
+	outputLow := func(n *graph.Node, i int) {
+		v := n.Outputs[i]
+		if v == "" || typ(v) != dtype.Float32 {
+			return
+		}
+		f := rename(n, i)
+		g.Infos[f] = g.Info(v)
+		activation[f] = activation[v]
+		emit(&graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{f}, Outputs: []string{v}, Attrs: []*onnxpb.AttributeProto{graph.AInt("to", int64(o.Low))}})
+		info := g.Info(f)
+		info.DType = o.Low
+		g.Infos[v] = info
+	}
 	for _, n := range slices.Clone(g.Nodes) {
 		fromData := false
 		for _, in := range n.Inputs {
@@ -271,31 +286,15 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		}
 		emit(n)
 		g.InferNode(n)
-		if lowOut && n.Outputs[0] != "" && typ(n.Outputs[0]) == dtype.Float32 {
-			v := n.Outputs[0]
-			f := rename(n, 0)
-			g.Infos[f] = g.Info(v)
-			activation[f] = activation[v]
-			emit(&graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{f}, Outputs: []string{v}, Attrs: []*onnxpb.AttributeProto{graph.AInt("to", int64(o.Low))}})
-			info := g.Info(f)
-			info.DType = o.Low
-			g.Infos[v] = info
+		if lowOut {
+			outputLow(n, 0)
 		}
 		switch {
 		case emulate:
 			rep.Emulated++
 			rep.Low++
-			for i, v := range n.Outputs {
-				if v == "" || typ(v) != dtype.Float32 {
-					continue
-				}
-				f := rename(n, i)
-				g.Infos[f] = g.Info(v)
-				activation[f] = activation[v]
-				emit(&graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{f}, Outputs: []string{v}, Attrs: []*onnxpb.AttributeProto{graph.AInt("to", int64(o.Low))}})
-				info := g.Info(f)
-				info.DType = o.Low
-				g.Infos[v] = info
+			for i := range n.Outputs {
+				outputLow(n, i)
 			}
 		case target == o.Low:
 			rep.Low++
