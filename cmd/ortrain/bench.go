@@ -50,6 +50,7 @@ Examples:
    ortrain bench --case bd3lm --torch
    ortrain bench --device cuda:0 --precision bf16-mixed --torch
    ortrain bench --device cuda:0 --case resnet50 --batch 128
+   ortrain bench --device cuda:0 --case resnet50 --precision 16-mixed --set model.conv_grad=offsets
    ortrain bench --memory --torch
    ortrain bench --memory --case bd3lm --recompute blocks`,
 		Flags: []cli.Flag{
@@ -66,7 +67,7 @@ Examples:
 			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "steps run before the measured ones"},
 			&cli.IntFlag{Name: "steps", Usage: "measured steps (default 5; with --memory, steps per process, default 2)"},
 			&cli.IntFlag{Name: "workers", Value: -1, Usage: "data.num_workers (default: 0 on the CPU, 8 on a GPU)"},
-			&cli.StringFlag{Name: "conv-grad", Usage: "model.conv_grad: how convolution gradients are written (ops, offsets, gemm; default: the device's)"},
+			&cli.StringSliceFlag{Name: "set", Usage: "a configuration override for ortrain's runs, as train's --set (repeatable): --set model.conv_grad=offsets; speed runs only"},
 			&cli.StringFlag{Name: "recompute", Usage: "model.recompute: " + strings.Join(autodiff.RecomputePolicies, ", ") + " (default: the size's; with --memory " + autodiff.RecomputeCheap + ")"},
 		},
 		Action: benchAction,
@@ -91,13 +92,8 @@ func benchAction(c *cli.Context) error {
 	if r := c.String("recompute"); r != "" && !slices.Contains(autodiff.RecomputePolicies, r) {
 		return usageError{fmt.Errorf("bench: --recompute %q is not one of %s", r, strings.Join(autodiff.RecomputePolicies, ", "))}
 	}
-	if f := c.String("conv-grad"); f != "" {
-		if cf, err := autodiff.ParseConvForm(f); err != nil || cf == "" {
-			return usageError{fmt.Errorf("bench: --conv-grad %q: want ops, offsets or gemm", f)}
-		}
-		if c.Bool("memory") {
-			return usageError{fmt.Errorf("bench: --conv-grad is for speed runs; --memory measures the device's form")}
-		}
+	if len(c.StringSlice("set")) > 0 && c.Bool("memory") {
+		return usageError{fmt.Errorf("bench: --set is for speed runs; --memory measures the cases as they are")}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -119,7 +115,7 @@ func benchAction(c *cli.Context) error {
 	}
 	o := bench.SpeedOptions{Ortrain: self, Device: c.String("device"), Precision: c.String("precision"), Size: c.String("size"),
 		Batch: c.Int("batch"), Warmup: c.Int("warmup"), Steps: c.Int("steps"), Workers: c.Int("workers"),
-		Recompute: c.String("recompute"), ConvGrad: c.String("conv-grad"), Modes: c.StringSlice("mode"), Log: c.App.ErrWriter}
+		Recompute: c.String("recompute"), Sets: c.StringSlice("set"), Modes: c.StringSlice("mode"), Log: c.App.ErrWriter}
 	if err := checkBenchRun(&o); err != nil {
 		return err
 	}

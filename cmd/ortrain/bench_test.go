@@ -94,3 +94,26 @@ func TestBenchSpeed(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchSets: bench --set overrides the configuration of ortrain's
+// runs, as train's --set does; a value the run refuses is bad input
+// (exit 2), as is --set with --memory.
+func TestBenchSets(t *testing.T) {
+	orttest.Init(t)
+	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
+	t.Setenv(asCLI, "1")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "model.conv_grad=im2col"}, `"im2col" is not one of`},
+		{[]string{"--set", "model.no_such_key=1"}, "unknown key"},
+		{[]string{"--set", "model.conv_grad=ops", "--memory"}, "--set is for speed runs"},
+	} {
+		var out, errOut bytes.Buffer
+		args := append([]string{"ortrain", "bench", "--case", "resnet50", "--warmup", "0", "--steps", "1"}, c.args...)
+		if code := run(args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("%v: exit %d, want 2 saying %q:\n%s", c.args, code, c.want, errOut.String())
+		}
+	}
+}

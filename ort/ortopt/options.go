@@ -19,6 +19,7 @@ type CUDAOptions struct {
 	GPUMemLimit         int64  // bytes the arena may take; 0 means no limit
 	ArenaExtendStrategy string // kNextPowerOfTwo or kSameAsRequested
 	EnableCUDAGraph     bool   // capture the graph once and replay it
+	PreferNHWC          bool   // prefer_nhwc: Conv, BatchNormalization and pools channels-last
 	// AllowCPUFallback lets ONNX Runtime put nodes without a CUDA kernel on the
 	// CPU. Off by default: a silent fallback copies tensors across PCIe every
 	// step and leaves the GPU idle.
@@ -97,6 +98,9 @@ func (o Options) CUDAProviderOptions() (keys, values []string) {
 		add("arena_extend_strategy", o.CUDA.ArenaExtendStrategy)
 	}
 	add("enable_cuda_graph", boolFlag(o.CUDA.EnableCUDAGraph))
+	if o.CUDA.PreferNHWC {
+		add("prefer_nhwc", "1")
+	}
 	return keys, values
 }
 

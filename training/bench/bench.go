@@ -211,7 +211,11 @@ func peakOf(cmd *exec.Cmd) (int64, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("bench: %s: %v\n%s", strings.Join(cmd.Args, " "), err, lastLines(stderr.String(), 8))
+		err = fmt.Errorf("bench: %s: %v\n%s", strings.Join(cmd.Args, " "), err, lastLines(stderr.String(), 8))
+		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 2 {
+			err = refused{err} // the run refused its configuration: bad input, as there
+		}
+		return 0, err
 	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
@@ -219,6 +223,13 @@ func peakOf(cmd *exec.Cmd) (int64, error) {
 	}
 	return ru.Maxrss * 1024, nil // kilobytes on Linux
 }
+
+// refused is a run's refusal of its configuration (exit 2), which bench
+// passes on as bad input.
+type refused struct{ error }
+
+func (refused) BadInput() bool  { return true }
+func (r refused) Unwrap() error { return r.error }
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

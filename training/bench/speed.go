@@ -39,13 +39,15 @@ type SpeedOptions struct {
 	// Recompute is model.recompute; "" keeps the size's (the presets'
 	// choice at Users sizes).
 	Recompute string
-	// ConvGrad is model.conv_grad; "" is the device's form.
-	ConvGrad string
-	Python   string   // the interpreter with PyTorch; "" skips the twins
-	Script   string   // models/pytorch/bench_speed.py
-	Modes    []string // the twins' modes: eager, amp, compile
-	Dir      string   // scratch directory for runs
-	Log      io.Writer
+	// Sets are configuration overrides (key=value, as train's --set)
+	// applied last: what a run compares (model.conv_grad=ops,
+	// runtime.cudnn_conv_algo_search=HEURISTIC).
+	Sets   []string
+	Python string   // the interpreter with PyTorch; "" skips the twins
+	Script string   // models/pytorch/bench_speed.py
+	Modes  []string // the twins' modes: eager, amp, compile
+	Dir    string   // scratch directory for runs
+	Log    io.Writer
 }
 
 // TorchModes are the PyTorch twins' modes: eager at ortrain's precision
@@ -60,7 +62,7 @@ type Speed struct {
 	Case      string
 	Device    string
 	Precision string
-	ConvGrad  string // model.conv_grad when set
+	Sets      []string // the configuration overrides it ran with
 	Batch     int
 	SeqLen    int // token positions per sample; 0 for other models
 	Steps     int // measured
@@ -117,7 +119,6 @@ func speedConfig(c Case, o SpeedOptions, dir string) (speedRun, error) {
 	if o.Recompute != "" {
 		cfg.Model.Recompute = o.Recompute
 	}
-	cfg.Model.ConvGrad = o.ConvGrad
 	cfg.Name, cfg.OutputDir = c.Name, filepath.Join(dir, "outputs")
 	cfg.Model.Recipe, cfg.Model.Params = c.Recipe, params
 	cfg.Data.Kind, cfg.Data.BatchSize, cfg.Data.NumWorkers = config.KindSynthetic, batch, o.Workers
@@ -146,6 +147,9 @@ func speedConfig(c Case, o SpeedOptions, dir string) (speedRun, error) {
 		cfg.Optimizer.Momentum = m
 	}
 	cfg.Scheduler.Name = "constant"
+	if err := cfg.Override(o.Sets...); err != nil {
+		return run, err
+	}
 	return run, nil
 }
 
@@ -181,7 +185,7 @@ func MeasureSpeed(c Case, o SpeedOptions) (Speed, error) {
 	if err := os.WriteFile(path, toml, 0o644); err != nil {
 		return Speed{}, err
 	}
-	s := Speed{Case: c.Name, Device: o.Device, Precision: o.Precision, ConvGrad: o.ConvGrad, Batch: run.cfg.Data.BatchSize, SeqLen: run.seqLen}
+	s := Speed{Case: c.Name, Device: o.Device, Precision: o.Precision, Sets: o.Sets, Batch: run.cfg.Data.BatchSize, SeqLen: run.seqLen}
 	fmt.Fprintf(o.Log, "bench %s: ortrain train, batch %d, %d+%d steps on %s, precision %s...\n", c.Name, s.Batch, o.Warmup, o.Steps, o.Device, o.Precision)
 	if s.RSSBytes, err = peakOf(exec.Command(o.Ortrain, "train", "--config", path)); err != nil {
 		return s, err
@@ -289,8 +293,8 @@ func SpeedTable(w io.Writer, rs []Speed) {
 			tokens = fmt.Sprintf("%.0f", r.SamplesPerS()*float64(r.SeqLen))
 		}
 		run := "ortrain " + r.Device
-		if r.ConvGrad != "" {
-			run += " " + r.ConvGrad
+		if len(r.Sets) > 0 {
+			run += " " + strings.Join(r.Sets, " ")
 		}
 		fmt.Fprintf(w, "%-9s %-16s %-14s %5d %10.2f %10s %9.1f %8.2f %6.1f %9.0f %9.0f\n",
 			r.Case, run, r.Precision, r.Batch, r.SamplesPerS(), tokens, r.StepMS, r.HostMS, 100*r.WaitFrac,

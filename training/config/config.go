@@ -402,6 +402,11 @@ type Runtime struct {
 	ArenaExtendStrategy string `toml:"arena_extend_strategy"`
 	// EnableCUDAGraph captures the step once and replays it.
 	EnableCUDAGraph bool `toml:"enable_cuda_graph"`
+	// PreferNHWC is ONNX Runtime's prefer_nhwc: Conv, BatchNormalization
+	// and the pools run channels-last (CUDA builds with NHWC kernels).
+	// ONNX Runtime then runs a ConvTranspose whose weight is computed on
+	// the CPU, so it needs model.conv_grad = "offsets". Default false.
+	PreferNHWC bool `toml:"prefer_nhwc,omitempty"`
 	// AllowCPUFallback lets nodes without CUDA kernels run on the CPU.
 	// Default false: a silent fallback leaves the GPU idle.
 	AllowCPUFallback bool `toml:"allow_cpu_fallback"`
@@ -475,6 +480,7 @@ func (c *Config) SessionOptions(gpuAvailable bool) (ortopt.Options, error) {
 			GPUMemLimit:         int64(r.GPUMemLimit),
 			ArenaExtendStrategy: r.ArenaExtendStrategy,
 			EnableCUDAGraph:     r.EnableCUDAGraph,
+			PreferNHWC:          r.PreferNHWC,
 			AllowCPUFallback:    r.AllowCPUFallback,
 		},
 	}

@@ -408,6 +408,11 @@ func (c *Config) Resolve() error {
 	r := c.Runtime
 	oneOf("runtime.cudnn_conv_algo_search", r.CudnnConvAlgoSearch, "EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 	oneOf("runtime.arena_extend_strategy", r.ArenaExtendStrategy, "kNextPowerOfTwo", "kSameAsRequested")
+	// Under prefer_nhwc ONNX Runtime runs a ConvTranspose with a computed
+	// weight on the CPU: the input gradients of the ops and gemm forms.
+	if r.PreferNHWC && c.Model.Artifacts == "" && c.Model.ConvGrad != string(autodiff.ConvFormOffsets) && !r.AllowCPUFallback {
+		bad("runtime.prefer_nhwc", "needs model.conv_grad = \"offsets\": ONNX Runtime runs a ConvTranspose whose weight is computed (the input gradients of the ops and gemm forms, gemm being CUDA's default) on the CPU under prefer_nhwc")
+	}
 	if r.IntraOpThreads < 0 || r.InterOpThreads < 0 {
 		bad("runtime.intra_op_threads", "runtime.intra_op_threads and runtime.inter_op_threads must be ≥ 0 (0: ONNX Runtime chooses)")
 	}

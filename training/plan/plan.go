@@ -70,6 +70,7 @@ type CUDA struct {
 	GPUMemLimit         int64  `json:"gpu_mem_limit"`
 	ArenaExtendStrategy string `json:"arena_extend_strategy"`
 	EnableCUDAGraph     bool   `json:"enable_cuda_graph"`
+	PreferNHWC          bool   `json:"prefer_nhwc"`
 	AllowCPUFallback    bool   `json:"allow_cpu_fallback"`
 }
 
@@ -237,7 +238,7 @@ func Make(c *config.Config) (*Plan, error) {
 	if c.Trainer.Device != "cpu" {
 		r := c.Runtime
 		p.CUDA = &CUDA{UseTF32: r.UseTF32, ConvAlgoSearch: r.CudnnConvAlgoSearch, GPUMemLimit: int64(r.GPUMemLimit),
-			ArenaExtendStrategy: r.ArenaExtendStrategy, EnableCUDAGraph: r.EnableCUDAGraph, AllowCPUFallback: r.AllowCPUFallback}
+			ArenaExtendStrategy: r.ArenaExtendStrategy, EnableCUDAGraph: r.EnableCUDAGraph, PreferNHWC: r.PreferNHWC, AllowCPUFallback: r.AllowCPUFallback}
 	}
 	m, err := p.model(c)
 	if err != nil {

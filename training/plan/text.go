@@ -20,8 +20,8 @@ func (p *Plan) WriteText(w io.Writer) error {
 	row("device", "%s, precision %s", p.Device, p.Precision)
 	row("arithmetic", "%s", p.Arithmetic)
 	if c := p.CUDA; c != nil {
-		row("cuda", "tf32 %s, cudnn_conv_algo_search %s, gpu_mem_limit %s, arena %s, cuda graph %s, cpu fallback %s",
-			onOff(c.UseTF32), c.ConvAlgoSearch, sizeOr(c.GPUMemLimit, "none"), c.ArenaExtendStrategy, onOff(c.EnableCUDAGraph), onOff(c.AllowCPUFallback))
+		row("cuda", "tf32 %s, cudnn_conv_algo_search %s, gpu_mem_limit %s, arena %s, cuda graph %s, nhwc %s, cpu fallback %s",
+			onOff(c.UseTF32), c.ConvAlgoSearch, sizeOr(c.GPUMemLimit, "none"), c.ArenaExtendStrategy, onOff(c.EnableCUDAGraph), onOff(c.PreferNHWC), onOff(c.AllowCPUFallback))
 	}
 	m := p.Model
 	row("model", "%s, %s parameters", m.Source, thousands(m.Params))
