@@ -21,9 +21,9 @@ const (
 	// ConvFormOffsets writes the input gradient as a Conv of the
 	// zero-interleaved output gradient by the flipped weight and the
 	// weight gradient as a GEMM over the kernel offsets' windows of the
-	// input: all offsets' windows gathered into one matrix where their
-	// index table is small (convWeightGradGather), else one GEMM per
-	// offset over strided Slices. ONNX Runtime's CPU provider and cuBLAS
+	// input: all offsets' windows gathered into one matrix where they are
+	// small (convWeightGradGather: 2-D windows, not 3-D volumes), else one
+	// GEMM per offset over strided Slices. ONNX Runtime's CPU provider and cuBLAS
 	// run these faster than the ops form's whole-map kernels.
 	ConvFormOffsets ConvForm = "offsets"
 	// ConvFormGEMM writes the weight gradient as the offsets form does
