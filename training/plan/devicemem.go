@@ -71,11 +71,8 @@ func deviceTypedPeak(dir string, m *artifacts.Manifest, batch int64, shared bool
 
 // lowType is the artifacts' low-precision compute type, 0 for float32.
 func lowType(m *artifacts.Manifest) dtype.DType {
-	switch m.Precision.Compute {
-	case "float16":
-		return dtype.Float16
-	case "bfloat16":
-		return dtype.BFloat16
+	if d, err := dtype.ParseDType(m.Precision.Compute); err == nil && (d == dtype.Float16 || d == dtype.BFloat16) {
+		return d
 	}
 	return 0
 }

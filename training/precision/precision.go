@@ -248,10 +248,9 @@ func Autocast(g *graph.Graph, o Options) (Report, error) {
 		emulate := false
 		// lowOut: the op computes in float32 and rounds its output back
 		// to the low type of its activation input (outputsInputType).
-		lowOut := false
-		if x := n.Input(0); outputsInputType[n.Op] && o.Low == dtype.Float16 && activation[x] && (typ(x) == o.Low || up[x] != "") {
-			lowOut = n.Domain == "" || n.Domain == graph.StopGradientDomain
-		}
+		x := n.Input(0)
+		lowOut := outputsInputType[n.Op] && (n.Domain == "" || n.Domain == graph.StopGradientDomain) &&
+			o.Low == dtype.Float16 && activation[x] && (typ(x) == o.Low || up[x] != "")
 		switch ClassOf(n) {
 		case Low:
 			if has(n, o.Low) {
