@@ -164,6 +164,7 @@ func artifactsBuild(c *cli.Context) error {
 		StopGradient:   c.StringSlice("stop-gradient"),
 		Recompute:      c.String("recompute"),
 		ConvForm:       conv,
+		CUDA:           dev.CUDA,
 		Seed:           c.Int64("seed"),
 		Optimizer:      optimizerFlags(c),
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/cudaform"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/loss"
 	"github.com/ortrain/ortrain/training/optim"
@@ -64,6 +65,9 @@ type Options struct {
 	// ConvForm (--conv-grad) is how convolution gradients are written
 	// (autodiff.ConvForms); "" is autodiff's default.
 	ConvForm autodiff.ConvForm
+	// CUDA writes the graphs for ONNX Runtime's CUDA provider: reductions
+	// in the forms it has fast kernels for (cudaform). They run anywhere.
+	CUDA bool
 	// Seed (the run's seed, config seed) seeds the training graph's random
 	// nodes (Dropout, RandomNormal...); see Manifest.RandomSeed.
 	Seed int64
@@ -268,6 +272,11 @@ func Build(opts Options) (*Manifest, error) {
 		}
 	}
 
+	if opts.CUDA {
+		for _, gr := range []*graph.Graph{train, eval, opt} {
+			cudaform.SplitReductions(gr)
+		}
+	}
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/cudaform"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/memplan"
 	"github.com/ortrain/ortrain/training/precision"
@@ -530,7 +531,7 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 	case "Cast":
 		return classCast
 	case "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceLogSum":
-		if fastReduce(g, n) {
+		if cudaform.FastReduce(g, n) {
 			return classReduce
 		}
 		return classReduceDNN
@@ -551,24 +552,6 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 		return classSoftmax
 	}
 	return classElem
-}
-
-// fastReduce reports whether ONNX Runtime's CUDA provider runs a
-// ReduceSum/Mean/SumSquare/LogSum with its own kernel: the reduced axes
-// one contiguous run touching the first or the last axis (or all axes);
-// any other reduction goes to cuDNN.
-func fastReduce(g *graph.Graph, n *graph.Node) bool {
-	axes, ok := g.ReduceAxes(n)
-	rank := len(g.Info(n.Input(0)).Shape)
-	if !ok || len(axes) == 0 || rank == 0 {
-		return ok
-	}
-	for i := 1; i < len(axes); i++ {
-		if axes[i] != axes[i-1]+1 {
-			return false
-		}
-	}
-	return axes[0] == 0 || axes[len(axes)-1] == int64(rank-1)
 }
 
 // productRate is the peak FLOP/s a matrix product runs at: tensor cores

@@ -402,6 +402,10 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	if mixed {
 		opts.Precision, opts.Probe = low, precision.NewProbe(session, graph.EmitOpset)
 	}
+	// Graphs for the run's device: a plan made on the CPU for a GPU run
+	// builds them as the run will.
+	runDev, err := ort.ParseDevice(c.Trainer.Device)
+	opts.CUDA = session.Device.CUDA || err == nil && runDev.CUDA
 	opts.ConvForm = autodiff.ConvFormFor(session.Device.CUDA)
 	if mc.ConvGrad != "" {
 		opts.ConvForm = autodiff.ConvForm(mc.ConvGrad) // checked by the config
