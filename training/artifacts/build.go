@@ -66,7 +66,8 @@ type Options struct {
 	// (autodiff.ConvForms); "" is autodiff's default.
 	ConvForm autodiff.ConvForm
 	// CUDA writes the graphs for ONNX Runtime's CUDA provider: reductions
-	// in the forms it has fast kernels for (cudaform). They run anywhere.
+	// and Pads in the forms it has fast kernels for (cudaform). They run
+	// anywhere.
 	CUDA bool
 	// Seed (the run's seed, config seed) seeds the training graph's random
 	// nodes (Dropout, RandomNormal...); see Manifest.RandomSeed.
@@ -274,7 +275,7 @@ func Build(opts Options) (*Manifest, error) {
 
 	if opts.CUDA {
 		for _, gr := range []*graph.Graph{train, eval, opt} {
-			cudaform.SplitReductions(gr)
+			cudaform.Rewrite(gr)
 		}
 	}
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {

@@ -13,6 +13,12 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 )
 
+// Rewrite applies every rewrite of the package to g.
+func Rewrite(g *graph.Graph) {
+	SplitReductions(g)
+	SplitPads(g)
+}
+
 // FastReduce reports whether ONNX Runtime's CUDA provider runs a
 // ReduceSum/Mean/SumSquare/LogSum with its own kernel: the reduced axes
 // one contiguous run touching the first or the last axis (or all axes).

@@ -5,8 +5,10 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -1142,11 +1144,11 @@ func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 		}
 		switch t.DType {
 		case data.Float32:
-			copy(st.raw[i], asBytes(t.F32))
+			copyParallel(st.raw[i], asBytes(t.F32))
 		case data.Int64:
-			copy(st.raw[i], asBytes(t.I64))
+			copyParallel(st.raw[i], asBytes(t.I64))
 		case data.Uint8:
-			copy(st.raw[i], t.U8)
+			copyParallel(st.raw[i], t.U8)
 		}
 		if err := st.vals[i].Push(); err != nil {
 			return 0, fmt.Errorf("data input %s: %w", name, err)
@@ -1180,6 +1182,26 @@ func sameDims(a []int64, b []int) bool {
 		}
 	}
 	return true
+}
+
+// copyParallel copies src into dst (as copy), a large batch in pieces on
+// several cores: one core copied ResNet-50's batch at 256 (154 MB) in 8 ms
+// at 20 GB/s, host time in which the GPU waits.
+func copyParallel(dst, src []byte) {
+	const piece = 8 << 20
+	n := min(len(dst), len(src))
+	parts := min(runtime.GOMAXPROCS(0), 8, n/piece)
+	if parts < 2 {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (n + parts - 1) / parts
+	for lo := 0; lo < n; lo += step {
+		hi := min(lo+step, n)
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
 }
 
 // push copies step inputs to the device before a run reads them.
