@@ -95,38 +95,38 @@ const (
 // for one node), in seconds.
 type efficiency struct{ compute, memory, perCall float64 }
 
-// efficiencies were fitted on two ONNX Runtime profiles of a ResNet-50
-// step (224², batch 256, 16-mixed, SGD momentum 0.9) on an H200 with ONNX
-// Runtime 1.29's CUDA provider (../shared/device/README.md; the per-op
-// tables are training/plan/testdata/profile-*.tsv): ortrain 0380ec6's graph
-// (convolution weight gradients as per-offset MatMuls over Slices) and
-// f87388c's (ConvTranspose and one Conv or Gemm per convolution). For each
-// class, the measured kernel time less the launch overhead divided into
-// the time at the peak. TestStepTimeCalibration keeps both within 15%.
+// efficiencies were fitted on ONNX Runtime's profile of ortrain 1cb87fb's
+// ResNet-50 step (224², batch 256, 16-mixed, SGD momentum 0.9) on an H200
+// with ONNX Runtime 1.29's CUDA provider, every launch synchronous
+// (CUDA_LAUNCH_BLOCKING=1) so that each node's time is its kernels' and not
+// whichever launch the host waited in: training/plan/testdata/
+// profile-1cb87fb.tsv, per op, less a synchronisation cost per call that
+// brings the profile's 257.0 ms to the step's 200.1 ms of device time
+// (229.6 ms measured, 29.5 on the host). For each class, the measured time
+// less LaunchSeconds per call divided into the time at the peak.
+// TestStepTimeCalibration keeps the step within 15%. Earlier profiles
+// timed launches that waited for the GPU rather than kernels: their
+// per-op tables put 177 ms in Conv, 15.7 ms measured synchronously.
 var efficiencies = map[string]efficiency{
-	classConv:      {compute: 0.03, memory: 0.5},
-	classConvT:     {compute: 0.052, memory: 0.5},
+	classConv:  {compute: 0.18, memory: 0.5},
+	classConvT: {compute: 0.19, memory: 0.5},
+	// The ops form's weight-gradient Conv, last profiled with launches
+	// that waited (0380ec6): not refitted.
 	classConvWgrad: {compute: 0.008, memory: 0.5},
-	classGEMM:      {compute: 0.08, memory: 0.5},
-	classElem:      {compute: 0.5, memory: 0.5},
-	classCast:      {compute: 0.5, memory: 0.6},
-	// ONNX Runtime's own reduction kernel: 27.3 µs a call in f87388c's
-	// profile (161 ReduceSumSquare over the parameters, 0.1 GB in all:
-	// 4.4 ms), where the data alone would take 0.02 ms: a fixed cost per
-	// call beyond the launch. No profiled graph had a large reduction on
-	// this path, so its bandwidth is taken as the element-wise class's (a
-	// streaming kernel, as the element-wise ones are), an assumption the
-	// next profile is to check.
-	classReduce: {compute: 0.5, memory: 0.5, perCall: 19e-6},
-	// cuDNN's reductions (per-channel {0, 2, 3} of NCHW): 212 ReduceMean
-	// over 37.4 GB took 60.1 ms (f87388c) and 65.0 ms (0380ec6), 106
-	// ReduceSum over 20.3 GB about 24.5 ms: 0.12 to 0.18 of the bandwidth.
-	classReduceDNN: {compute: 0.5, memory: 0.15},
-	classNorm:      {compute: 0.5, memory: 0.9},
-	classTranspose: {compute: 0.5, memory: 0.3},
-	classCopy:      {compute: 0.5, memory: 0.6},
-	classPool:      {compute: 0.5, memory: 0.05},
-	classScatter:   {compute: 0.5, memory: 0.008},
+	classGEMM:      {compute: 0.45, memory: 0.5},
+	classElem:      {compute: 0.5, memory: 0.82},
+	classCast:      {compute: 0.5, memory: 0.88},
+	// ONNX Runtime's own reduction kernel (after cudaform.SplitReductions,
+	// every per-channel statistic): 430 calls, 28.4 ms.
+	classReduce: {compute: 0.5, memory: 0.25},
+	// cuDNN's reductions: NCHW's per-channel {0, 2, 3} at 0.22 TB/s (3.75
+	// ms for 822 MB) in 2d1aa0c's synchronous profile.
+	classReduceDNN: {compute: 0.5, memory: 0.046},
+	classNorm:      {compute: 0.5, memory: 0.38},
+	classTranspose: {compute: 0.5, memory: 0.57},
+	classCopy:      {compute: 0.5, memory: 0.17},
+	classPool:      {compute: 0.5, memory: 0.17},
+	classScatter:   {compute: 0.5, memory: 0.091},
 	classSoftmax:   {compute: 0.5, memory: 0.5},
 }
 
@@ -143,10 +143,10 @@ const CPUNodeSeconds = 10e-6
 
 // HostSecondsPerByte is the trainer's host time per step per byte of the
 // batch, outside ONNX Runtime's runs (filling and binding the batch, the
-// step's scalars, the loss read back): 21.9 ms for ResNet-50's batch of
-// 256 float32 224² images and labels in the 0380ec6 profile, the only
-// measurement, taken as proportional to the batch's bytes.
-const HostSecondsPerByte = 21.9e-3 / (256 * (3*224*224*4 + 8))
+// step's scalars, the loss read back): 29.5 ms for ResNet-50's batch of
+// 256 float32 224² images and labels (ortrain bench on an H200, 1cb87fb),
+// taken as proportional to the batch's bytes.
+const HostSecondsPerByte = 29.5e-3 / (256 * (3*224*224*4 + 8))
 
 // StepTime is a training step's predicted time on a GPU.
 type StepTime struct {
