@@ -286,3 +286,28 @@ func TestWarnDataListsSkippedVolumes(t *testing.T) {
 		}
 	}
 }
+
+// TestProfileSyncsLaunchesOnGPU: --profile on a CUDA device sets
+// CUDA_LAUNCH_BLOCKING=1 (and says so) unless it is set already; on the
+// CPU, or without --profile, the environment is left alone.
+func TestProfileSyncsLaunchesOnGPU(t *testing.T) {
+	const key = "CUDA_LAUNCH_BLOCKING"
+	t.Setenv(key, "") // restored after the test
+	os.Unsetenv(key)
+	var out bytes.Buffer
+	syncLaunchesForProfile(&out, "prof", ort.CPU)
+	syncLaunchesForProfile(&out, "", ort.CUDADevice(0))
+	if _, set := os.LookupEnv(key); set || out.Len() > 0 {
+		t.Fatalf("CPU run or no profile: %s set %v, said %q", key, set, out.String())
+	}
+	syncLaunchesForProfile(&out, "prof", ort.CUDADevice(0))
+	if v := os.Getenv(key); v != "1" || !strings.Contains(out.String(), "synchronous launches") {
+		t.Errorf("profile on cuda:0: %s=%q, said %q; want 1 and a line saying so", key, v, out.String())
+	}
+	os.Setenv(key, "0")
+	out.Reset()
+	syncLaunchesForProfile(&out, "prof", ort.CUDADevice(0))
+	if v := os.Getenv(key); v != "0" || !strings.Contains(out.String(), "CUDA_LAUNCH_BLOCKING=0, as set") {
+		t.Errorf("a value the user set: %s=%q, said %q; want it kept and named", key, v, out.String())
+	}
+}
