@@ -22,7 +22,7 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bench",
 		Usage:     "measure training speed (or --memory: memory per sample), next to the PyTorch twins on the same machine",
-		UsageText: "ortrain bench [--case NAME]... [--device cpu|cuda:N] [--precision P] [--size small|users] [--torch] [--memory]",
+		UsageText: "ortrain bench [--case NAME]... [--device cpu|cuda:N] [--precision P] [--size small|users] [--torch] [--profile] [--memory]",
 		Description: `Speed (the default): trains each case on synthetic data in its own
 ` + "`ortrain train`" + ` process, --warmup steps and then --steps measured ones, and prints
 samples/s (and token positions/s for the language model), the step time,
@@ -36,7 +36,10 @@ autocast (bf16, or fp16 with a scaler for 16-mixed) and torch.compile at
 --precision (where PyTorch has it), and each twin's line gives ortrain's
 throughput over the twin's. --size small (the default on the CPU) runs the
 cases at sizes a 2-core machine measures in minutes; --size users (the
-default on a GPU) at the presets' models and batches.
+default on a GPU) at the presets' models and batches. --profile trains each
+case once more under ONNX Runtime's profiler and prints where its measured
+steps go: kernel time per step by op (on a GPU with synchronous launches,
+so that each node's time is its own kernels').
 
 --memory: runs each case for --steps steps at two batch sizes, each in its
 own process, and reads each process's peak resident memory and the step's
@@ -51,12 +54,14 @@ Examples:
    ortrain bench --device cuda:0 --precision bf16-mixed --torch
    ortrain bench --device cuda:0 --case resnet50 --batch 128
    ortrain bench --device cuda:0 --case resnet50 --precision 16-mixed --set model.conv_grad=offsets
+   ortrain bench --device cuda:0 --case vqgan3d --batch 1 --precision bf16-mixed --profile
    ortrain bench --memory --torch
    ortrain bench --memory --case bd3lm --recompute blocks`,
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "case", Usage: "a case to run (repeatable); default all"},
 			&cli.BoolFlag{Name: "memory", Usage: "measure memory per sample instead of speed"},
 			&cli.BoolFlag{Name: "torch", Usage: "also run the PyTorch twins"},
+			&cli.BoolFlag{Name: "profile", Usage: "train each case once more with ONNX Runtime's profile and print where its measured steps go, by op (on a GPU with synchronous launches); speed runs only"},
 			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "interpreter with PyTorch, for --torch"},
 			&cli.StringFlag{Name: "twins", Usage: "folder of the PyTorch twins, for --torch (default: models/pytorch beside bin/)"},
 			&cli.StringSliceFlag{Name: "mode", Usage: "the twins' modes to run (repeatable): " + strings.Join(bench.TorchModes, ", ") + "; default all"},
@@ -95,6 +100,9 @@ func benchAction(c *cli.Context) error {
 	if len(c.StringSlice("set")) > 0 && c.Bool("memory") {
 		return usageError{fmt.Errorf("bench: --set is for speed runs; --memory measures the cases as they are")}
 	}
+	if c.Bool("profile") && c.Bool("memory") {
+		return usageError{fmt.Errorf("bench: --profile is for speed runs; --memory reads the allocators' peaks")}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -115,7 +123,7 @@ func benchAction(c *cli.Context) error {
 	}
 	o := bench.SpeedOptions{Ortrain: self, Device: c.String("device"), Precision: c.String("precision"), Size: c.String("size"),
 		Batch: c.Int("batch"), Warmup: c.Int("warmup"), Steps: c.Int("steps"), Workers: c.Int("workers"),
-		Recompute: c.String("recompute"), Sets: c.StringSlice("set"), Modes: c.StringSlice("mode"), Log: c.App.ErrWriter}
+		Recompute: c.String("recompute"), Sets: c.StringSlice("set"), Profile: c.Bool("profile"), Modes: c.StringSlice("mode"), Log: c.App.ErrWriter}
 	if err := checkBenchRun(&o); err != nil {
 		return err
 	}
@@ -146,6 +154,7 @@ func benchAction(c *cli.Context) error {
 		results = append(results, r)
 	}
 	bench.SpeedTable(c.App.Writer, results)
+	bench.ProfileTable(c.App.Writer, results)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,14 +37,14 @@ func TestMain(m *testing.M) {
 // which PyTorch 1.13 cannot run for this model on the CPU — and
 // torch.compile, which it lacks; those rows say so). It checks the
 // table's figures are measured, not their values: a benchmark, not a
-// timed assertion.
+// timed assertion. With --profile it also prints where the steps go.
 func TestBenchSpeed(t *testing.T) {
 	orttest.Init(t)
 	t.Setenv(ort.LibraryEnv, ort.LibraryPath())
 	t.Setenv(asCLI, "1")
 	const python = "/usr/bin/python3"
 	torch := exec.Command(python, "-c", "import torch, torchvision").Run() == nil
-	args := []string{"ortrain", "bench", "--case", "vqgan3d", "--batch", "1", "--warmup", "1", "--steps", "2"}
+	args := []string{"ortrain", "bench", "--case", "vqgan3d", "--batch", "1", "--warmup", "1", "--steps", "2", "--profile"}
 	if torch {
 		args = append(args, "--torch", "--python", python, "--twins", filepath.Join("..", "..", "models", "pytorch"), "--mode", "eager", "--mode", "amp", "--mode", "compile")
 	}
@@ -77,6 +78,11 @@ func TestBenchSpeed(t *testing.T) {
 	}
 	if d := sps*step/1e3 - 1; d > 0.02 || d < -0.02 { // samples/s is printed to 2 decimals
 		t.Errorf("samples/s %v and step %v ms disagree for batch 1", sps, step)
+	}
+	// --profile: where the measured steps go, by op, from a second run.
+	head := regexp.MustCompile(`where a vqgan3d step goes \(ortrain on cpu, 32; .*\): ([0-9.]+) ms of kernel time in ([0-9]+) nodes`).FindStringSubmatch(out.String())
+	if head == nil || number(head, 1) <= 0 || number(head, 2) <= 0 || !regexp.MustCompile(`(?m)^Conv +CPU +[0-9.]+ +[0-9.]+ +[0-9.]+%$`).MatchString(out.String()) {
+		t.Errorf("--profile: want a table of the step's kernel time by op, Conv among them:\n%s", out.String())
 	}
 	if !torch {
 		t.Log("PyTorch not installed: twins not run")

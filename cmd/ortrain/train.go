@@ -243,7 +243,13 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	if prep.val != nil {
 		warnData(c.App.ErrWriter, "data.val", prep.val)
 	}
-	opts.ProfilePrefix = c.String("profile")
+	if opts.ProfilePrefix = c.String("profile"); opts.ProfilePrefix != "" {
+		// ONNX Runtime writes no profile, and says nothing, where the
+		// prefix's folder is missing.
+		if err := os.MkdirAll(filepath.Dir(opts.ProfilePrefix), 0o755); err != nil {
+			return "", fmt.Errorf("--profile %s: %w", opts.ProfilePrefix, err)
+		}
+	}
 	fmt.Fprintf(c.App.ErrWriter, "ortrain: training %s on %v in %s\n", cfg.Name, opts.Device, rd.Path)
 	if comm != nil {
 		engine := "MPI"

@@ -42,12 +42,15 @@ type SpeedOptions struct {
 	// Sets are configuration overrides (key=value, as train's --set)
 	// applied last: what a run compares (model.conv_grad=ops,
 	// runtime.cudnn_conv_algo_search=HEURISTIC).
-	Sets   []string
-	Python string   // the interpreter with PyTorch; "" skips the twins
-	Script string   // models/pytorch/bench_speed.py
-	Modes  []string // the twins' modes: eager, amp, compile
-	Dir    string   // scratch directory for runs
-	Log    io.Writer
+	Sets []string
+	// Profile trains the case once more with ONNX Runtime's profile
+	// (train --profile) and reads where its measured steps go (Speed.Profile).
+	Profile bool
+	Python  string   // the interpreter with PyTorch; "" skips the twins
+	Script  string   // models/pytorch/bench_speed.py
+	Modes   []string // the twins' modes: eager, amp, compile
+	Dir     string   // scratch directory for runs
+	Log     io.Writer
 }
 
 // TorchModes are the PyTorch twins' modes: eager at ortrain's precision
@@ -67,10 +70,11 @@ type Speed struct {
 	SeqLen    int // token positions per sample; 0 for other models
 	Steps     int // measured
 	StepMS    float64
-	HostMS    float64 // per step, outside ONNX Runtime's runs and the data wait
-	WaitFrac  float64 // share of the step spent waiting for data
-	PeakBytes int64   // the training graph's peak in ONNX Runtime's allocator (the device's arena on a GPU)
-	RSSBytes  int64   // the process's peak resident memory
+	HostMS    float64  // per step, outside ONNX Runtime's runs and the data wait
+	WaitFrac  float64  // share of the step spent waiting for data
+	PeakBytes int64    // the training graph's peak in ONNX Runtime's allocator (the device's arena on a GPU)
+	RSSBytes  int64    // the process's peak resident memory
+	Profile   *Profile // with SpeedOptions.Profile, from a second run
 	Torch     []TorchSpeed
 }
 
@@ -192,6 +196,21 @@ func MeasureSpeed(c Case, o SpeedOptions) (Speed, error) {
 	}
 	if err := readSteps(&s, run.cfg.OutputDir, int64(o.Warmup)); err != nil {
 		return s, err
+	}
+	if o.Profile {
+		// A run of its own: profiling slows the steps it records (on a
+		// GPU, train --profile launches synchronously).
+		fmt.Fprintf(o.Log, "bench %s: ortrain train again, with ONNX Runtime's profile...\n", c.Name)
+		prefix := filepath.Join(dir, "profile", "ort")
+		cmd := exec.Command(o.Ortrain, "train", "--config", path, "--set", "output_dir="+filepath.Join(dir, "profiled"), "--profile", prefix)
+		if _, err := peakOf(cmd); err != nil {
+			return s, err
+		}
+		p, err := ReadProfile(prefix, o.Warmup, o.Steps)
+		if err != nil {
+			return s, err
+		}
+		s.Profile = &p
 	}
 	if o.Python == "" {
 		return s, nil
