@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
-	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -74,24 +73,14 @@ func TestSplitPads(t *testing.T) {
 			t.Errorf("output %d shape %v, was %v", i, b.Shape, a.Shape)
 		}
 	}
-	r := rand.New(rand.NewPCG(5, 6))
-	feed := map[string]*ort.Value{}
+	shapes := map[string][]int64{}
 	for i, in := range g.Inputs {
-		shape := cases[i].run
-		if shape == nil {
-			shape = cases[i].shape
+		shapes[in] = cases[i].run
+		if shapes[in] == nil {
+			shapes[in] = cases[i].shape
 		}
-		v := make([]float32, ort.Numel(shape))
-		for j := range v {
-			v[j] = float32(r.NormFloat64())
-		}
-		val, err := ort.NewTensor(shape, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer val.Close()
-		feed[in] = val
 	}
+	feed := randomFeed(t, rand.New(rand.NewPCG(5, 6)), shapes)
 	want2, got := run(t, plain, feed), run(t, g, feed)
 	for i := range want2 {
 		if !slices.Equal(want2[i], got[i]) {
