@@ -7,7 +7,6 @@ import (
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
-	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/config"
 	"github.com/ortrain/ortrain/training/setup"
 	"github.com/ortrain/ortrain/training/trainer"
@@ -117,17 +116,11 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 	}
 	defer os.RemoveAll(tmp)
 	// The plan's device is the run's, not session's (plans are made on
-	// the CPU): the graphs share an arena on the CPU, and a GPU run writes
-	// convolution gradients in CUDA's form.
+	// the CPU): the graphs share an arena on the CPU, and setup builds a
+	// GPU run's graphs in CUDA's forms.
 	dev, err := ort.ParseDevice(c.Trainer.Device)
 	shared := err != nil || !dev.CUDA
-	built := c
-	if !shared && c.Model.ConvGrad == "" && c.Model.Artifacts == "" {
-		cc := *c
-		cc.Model.ConvGrad = string(autodiff.ConvFormFor(true))
-		built = &cc
-	}
-	dir, m, err := setup.Artifacts(built, tmp, session)
+	dir, m, err := setup.Artifacts(c, tmp, session)
 	if err != nil {
 		return err
 	}

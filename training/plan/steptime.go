@@ -101,7 +101,7 @@ type efficiency struct{ compute, memory, perCall float64 }
 // (CUDA_LAUNCH_BLOCKING=1) so that each node's time is its kernels' and not
 // whichever launch the host waited in: training/plan/testdata/
 // profile-1cb87fb.tsv, per op, less a synchronisation cost per call that
-// brings the profile's 257.0 ms to the step's 200.1 ms of device time
+// brings the profile's 256.4 ms to the step's 200.1 ms of device time
 // (229.6 ms measured, 29.5 on the host). For each class, the measured time
 // less LaunchSeconds per call divided into the time at the peak.
 // TestStepTimeCalibration keeps the step within 15%. Earlier profiles

@@ -406,7 +406,7 @@ func Artifacts(c *config.Config, runDir string, session ort.Options) (string, *a
 	// builds them as the run will.
 	runDev, err := ort.ParseDevice(c.Trainer.Device)
 	opts.CUDA = session.Device.CUDA || err == nil && runDev.CUDA
-	opts.ConvForm = autodiff.ConvFormFor(session.Device.CUDA)
+	opts.ConvForm = autodiff.ConvFormFor(opts.CUDA)
 	if mc.ConvGrad != "" {
 		opts.ConvForm = autodiff.ConvForm(mc.ConvGrad) // checked by the config
 	}
