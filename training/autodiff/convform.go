@@ -22,9 +22,11 @@ const (
 	// zero-interleaved output gradient by the flipped weight and the
 	// weight gradient as a GEMM over the kernel offsets' windows of the
 	// input: all offsets' windows gathered into one matrix where they are
-	// small (convWeightGradGather: 2-D windows, not 3-D volumes), else one
-	// GEMM per offset over strided Slices. ONNX Runtime's CPU provider and cuBLAS
-	// run these faster than the ops form's whole-map kernels.
+	// small (convWeightGradGather: 2-D windows), a volume's in-plane
+	// offsets gathered from one depth slab at a time where that is
+	// (convWeightGradSlabs), else one GEMM per offset over strided Slices.
+	// ONNX Runtime's CPU provider and cuBLAS run these faster than the ops
+	// form's whole-map kernels.
 	ConvFormOffsets ConvForm = "offsets"
 	// ConvFormGEMM writes the weight gradient as the offsets form does
 	// and the input gradient as one ConvTranspose (cuDNN's backward-data
@@ -45,9 +47,9 @@ var ConvForms = []ConvForm{ConvFormOps, ConvFormOffsets, ConvFormGEMM}
 // took 56.7 ms a step, where the offsets form's forward and input-gradient
 // Convs took 177 ms together (the input gradients about 103 of them, by
 // plan's fit), and its whole-map weight-gradient Convs made the ops form
-// slower overall (867 against 677 ms a step). The gemm form itself is
-// plan's prediction (463 → 398 ms a step), not yet a measurement; --conv-grad
-// and model.conv_grad choose another.
+// slower overall (867 against 677 ms a step). The gemm form, measured
+// later the same day on the same card: 462 ms a step against 1,473 ms in
+// the offsets form. --conv-grad and model.conv_grad choose another.
 func ConvFormFor(cuda bool) ConvForm {
 	if cuda {
 		return ConvFormGEMM

@@ -1,6 +1,7 @@
 package autodiff_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ var convFormCases = []fdCase{
 	{name: "Conv/3d-pointwise", dtype: f32, ins: ins(normal, s(2, 3, 2, 3, 2), s(2, 3, 1, 1, 1)), build: op("Conv")},
 	{name: "Conv/2d-1x1-stride", dtype: f32, ins: ins(normal, s(2, 3, 5, 5), s(4, 3, 1, 1)), build: op("Conv", ais("strides", s(2, 2)))},
 	{name: "Conv/2d-unread-rows", dtype: f32, ins: ins(normal, s(1, 2, 8, 7), s(3, 2, 3, 3)), build: op("Conv", ais("strides", s(3, 2)), ais("pads", s(1, 1, 0, 0)))},
+	{name: "Conv/3d-stride-dilation", dtype: f32, ins: ins(normal, s(1, 2, 5, 6, 5), s(3, 2, 3, 3, 2)), build: op("Conv", ais("strides", s(2, 1, 1)), ais("dilations", s(1, 2, 1)), ais("pads", s(1, 2, 0, 1, 2, 1)))},
 }
 
 func init() { ruleCases = append(ruleCases, convFormCases...) }
@@ -45,6 +47,16 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 			defer autodiff.SetMaxGatherIndices(autodiff.SetMaxGatherIndices(0))
 			checkFD(t, c, uint64(i))
 		})
+		// Sliced along the leading axes, the trailing axes' offsets
+		// gathered from each slab: all the trailing axes (a 3-D window's
+		// last two), then the last one only.
+		for _, slabs := range []int64{9, 2} {
+			t.Run(fmt.Sprintf("offsets-slabs-%d/%s", slabs, c.name), func(t *testing.T) {
+				defer autodiff.SetMaxGatherColumns(autodiff.SetMaxGatherColumns(0))
+				defer autodiff.SetMaxGatherSlabs(autodiff.SetMaxGatherSlabs(slabs))
+				checkFD(t, c, uint64(i))
+			})
+		}
 	}
 	if n < 2*len(convFormCases) {
 		t.Fatalf("only %d conv cases found", n)
@@ -117,22 +129,37 @@ func TestConvFormsNodes(t *testing.T) {
 		t.Errorf("gemm form in bfloat16: %v; want no ConvTranspose, 6 Conv, 1 Gather", gemm)
 	}
 	// A volume's 27 offsets gathered would hold 27 times its input: one
-	// MatMul per offset instead.
-	vol := graph.New("volume", graph.EmitOpset)
-	vol.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
-	vol.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8, 3, 3, 3}})
-	b := graph.NewBuilder(vol, "fwd/")
-	y := b.Op("Conv", []string{"x", "w"}, ais("pads", s(1, 1, 1, 1, 1, 1)))
-	if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), []string{"w"}, "grad/", autodiff.Options{ConvForm: autodiff.ConvFormOffsets}); err != nil {
-		t.Fatal(err)
+	// slab per offset along the depth, the nine in-plane offsets gathered
+	// from it; three a slab where nine would be too many, and one GEMM per
+	// offset where the gathered table would be too large.
+	volume := func() map[string]int {
+		vol := graph.New("volume", graph.EmitOpset)
+		vol.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
+		vol.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8, 3, 3, 3}})
+		b := graph.NewBuilder(vol, "fwd/")
+		y := b.Op("Conv", []string{"x", "w"}, ais("pads", s(1, 1, 1, 1, 1, 1)))
+		if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), []string{"w"}, "grad/", autodiff.Options{ConvForm: autodiff.ConvFormOffsets}); err != nil {
+			t.Fatal(err)
+		}
+		ops := map[string]int{}
+		for _, n := range vol.Nodes {
+			ops[n.Op]++
+		}
+		return ops
 	}
-	volOps := map[string]int{}
-	for _, n := range vol.Nodes {
-		volOps[n.Op]++
+	if ops := volume(); ops["Gather"] != 3 || ops["MatMul"] != 3 || ops["Slice"] != 3 || ops["Concat"] != 1 {
+		t.Errorf("3×3×3 window over 32³: %v; want 3 Slice, 3 Gather, 3 MatMul, 1 Concat", ops)
 	}
-	if volOps["Gather"] != 0 || volOps["MatMul"] != 27 {
-		t.Errorf("3×3×3 window over 32³: %v; want 27 MatMul, no Gather", volOps)
+	old = autodiff.SetMaxGatherSlabs(3)
+	if ops := volume(); ops["Gather"] != 9 || ops["MatMul"] != 9 || ops["Slice"] != 9 {
+		t.Errorf("3×3×3 window over 32³, three offsets a slab: %v; want 9 Slice, 9 Gather, 9 MatMul", ops)
 	}
+	autodiff.SetMaxGatherSlabs(old)
+	old = autodiff.SetMaxGatherIndices(0)
+	if ops := volume(); ops["Gather"] != 0 || ops["MatMul"] != 27 {
+		t.Errorf("3×3×3 window over 32³, no table: %v; want 27 MatMul, no Gather", ops)
+	}
+	autodiff.SetMaxGatherIndices(old)
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
 		t.Error("an unknown form parsed")
 	}

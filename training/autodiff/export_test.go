@@ -7,3 +7,20 @@ func SetMaxGatherIndices(n int64) int64 {
 	maxGatherIndices = n
 	return old
 }
+
+// SetMaxGatherColumns sets the bound on the windows convWeightGradGather
+// gathers per sample (0 sends every window with more than one offset to
+// convWeightGradSlabs or one GEMM per offset) and returns the old bound.
+func SetMaxGatherColumns(n int64) int64 {
+	old := maxGatherColumns
+	maxGatherColumns = n
+	return old
+}
+
+// SetMaxGatherSlabs sets how many offsets' windows convWeightGradSlabs
+// gathers at once and returns the old bound.
+func SetMaxGatherSlabs(n int64) int64 {
+	old := maxGatherSlabs
+	maxGatherSlabs = n
+	return old
+}

@@ -219,6 +219,9 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 	if dw := convWeightGradGather(b, xv, g, w, in, out, wshape); dw != "" {
 		return dw
 	}
+	if dw := convWeightGradSlabs(b, xv, g, w, in, out, wshape); dw != "" {
+		return dw
+	}
 	k := len(in)
 	r := int64(k + 2)
 	m := wshape[0]
@@ -282,11 +285,16 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 // graph): 4 MiB. maxGatherColumns bounds the gathered windows per sample
 // (input channels × kernel offsets × output positions), a transient K times
 // the input's size: 2M elements, 8 MiB in float32, the most a ResNet-50
-// layer gathers at 224². Larger windows (3-D volumes: 27 offsets) take one
-// GEMM per offset instead, which holds one offset's window at a time.
+// layer gathers at 224². Larger windows (3-D volumes: 27 offsets) gather
+// the offsets of their trailing kernel axes only, a slab at a time
+// (convWeightGradSlabs): at most maxGatherSlabs offsets' windows at once,
+// and never over maxGatherSlabColumns elements per sample, which keeps
+// the gathered tensor under CUDA's 2³¹ elements up to a batch of 8.
 var (
-	maxGatherIndices int64 = 1 << 20
-	maxGatherColumns int64 = 1 << 21
+	maxGatherIndices     int64 = 1 << 20
+	maxGatherColumns     int64 = 1 << 21
+	maxGatherSlabs       int64 = 9
+	maxGatherSlabColumns int64 = 1 << 28
 )
 
 // convWeightGradGather computes the offsets form's weight gradient with
@@ -344,6 +352,105 @@ func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wsha
 	gperm := spatialAxes(r)
 	gt := b.Reshape(b.Transpose(g, append(gperm, 0, 1)...), b.Ints(-1, wshape[0]))
 	dw := b.MatMul(cols, gt) // [C, K, M]
+	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
+}
+
+// convWeightGradSlabs is the offsets form's weight gradient for a window
+// whose offsets are too many to gather at once (a 3×3×3 kernel over a
+// volume): the input's leading spatial axes are sliced, one slab per
+// offset along them, and the offsets along the trailing axes are gathered
+// from each slab as convWeightGradGather gathers them all, with an index
+// table over the trailing axes only. A 3×3×3 window then takes three
+// Gathers and three GEMMs (nine with three offsets a slab), not 27 slices
+// and 27 GEMMs each reading dY. X is laid out [C, trailing..., leading...,
+// N], so a slab's gathered windows [C, K_t, P_t, P_l, N] are the GEMM's
+// rows as they come, against dY as [P_t·P_l·N, M]. The leading axes
+// sliced are the fewest that keep a slab within maxGatherSlabs offsets
+// (or maxGatherColumns elements) and maxGatherSlabColumns; "" where none
+// does, or sizes are not static.
+func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	k := len(in)
+	c, m := wshape[1], wshape[0]
+	positions := int64(1)
+	for i := range k {
+		if in[i] < 0 || out[i] < 0 {
+			return ""
+		}
+		positions *= out[i]
+	}
+	j, kt, pt := 1, int64(1), int64(1) // leading axes sliced; trailing offsets and positions
+	for ; j < k; j++ {
+		kt, pt = 1, 1
+		for i := j; i < k; i++ {
+			kt *= w.Kernel[i]
+			pt *= out[i]
+		}
+		cols := c * kt * positions
+		if kt > 1 && kt*pt <= maxGatherIndices && (kt <= maxGatherSlabs || cols <= maxGatherColumns) && cols <= maxGatherSlabColumns {
+			break
+		}
+	}
+	if j >= k {
+		return ""
+	}
+	padded := make([]int64, k)
+	for i := range k {
+		padded[i] = in[i] + w.Pads[i] + w.Pads[k+i]
+	}
+	r := k + 2
+	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
+		pads := make([]int64, 2*r)
+		for i := range k {
+			pads[2+i], pads[r+2+i] = w.Pads[i], w.Pads[k+i]
+		}
+		xv = b.Op("Pad", []string{xv, b.Ints(pads...)}) // before the transpose: see convWeightGradGather
+	}
+	// X̄ [N, C, lead..., trail...] → [C, trail..., lead..., N] → [C, S_t, lead..., N]
+	perm, gperm := []int64{1}, []int64{}
+	for i := j; i < k; i++ {
+		perm, gperm = append(perm, int64(2+i)), append(gperm, int64(2+i))
+	}
+	for i := range j {
+		perm, gperm = append(perm, int64(2+i)), append(gperm, int64(2+i))
+	}
+	area := int64(1)
+	for _, p := range padded[j:] {
+		area *= p
+	}
+	xt := b.Reshape(b.Transpose(xv, append(perm, 0)...), b.Ints(append(append([]int64{c, area}, padded[:j]...), -1)...))
+	// dY [N, M, lead..., trail...] → [trail..., lead..., N, M] → [P·N, M]
+	gt := b.Reshape(b.Transpose(g, append(gperm, 0, 1)...), b.Ints(-1, m))
+	trailing := graph.WindowAttrs{Kernel: w.Kernel[j:], Strides: w.Strides[j:], Dilations: w.Dilations[j:]}
+	table := gatherIndices(b, trailing, padded[j:], out[j:], kt, pt)
+	axes := make([]int64, j)
+	for i := range j {
+		axes[i] = int64(2 + i)
+	}
+	var parts []string
+	offset := make([]int64, j)
+	for {
+		starts, ends := make([]int64, j), make([]int64, j)
+		whole := true
+		for i := range j {
+			starts[i] = offset[i] * w.Dilations[i]
+			ends[i] = starts[i] + w.Strides[i]*(out[i]-1) + 1
+			whole = whole && starts[i] == 0 && w.Strides[i] == 1 && ends[i] == padded[i]
+		}
+		slab := xt
+		if !whole {
+			slab = b.Slice(xt, starts, ends, axes, w.Strides[:j])
+		}
+		cols := b.Op("Gather", []string{slab, table}, graph.AInt("axis", 1)) // [C, K_t, P_t, lead..., N]
+		parts = append(parts, b.MatMul(b.Reshape(cols, b.Ints(c, kt, -1)), gt))
+		next(offset, w.Kernel[:j])
+		if !slices.ContainsFunc(offset, func(o int64) bool { return o != 0 }) {
+			break
+		}
+	}
+	dw := parts[0]
+	if len(parts) > 1 {
+		dw = b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M], the offsets in W's order
+	}
 	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
 }
 
