@@ -129,9 +129,10 @@ func TestConvFormsNodes(t *testing.T) {
 		t.Errorf("gemm form in bfloat16: %v; want no ConvTranspose, 6 Conv, 1 Gather", gemm)
 	}
 	// A volume's 27 offsets gathered would hold 27 times its input: one
-	// slab per offset along the depth, the nine in-plane offsets gathered
-	// from it; three a slab where nine would be too many, and one GEMM per
-	// offset where the gathered table would be too large.
+	// slab per offset along the depth and height, the three offsets along
+	// the width gathered from it; the nine in-plane offsets from a depth
+	// slab where nine are allowed, and one GEMM per offset where the
+	// gathered table would be too large.
 	volume := func() map[string]int {
 		vol := graph.New("volume", graph.EmitOpset)
 		vol.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
@@ -147,12 +148,12 @@ func TestConvFormsNodes(t *testing.T) {
 		}
 		return ops
 	}
-	if ops := volume(); ops["Gather"] != 3 || ops["MatMul"] != 3 || ops["Slice"] != 3 || ops["Concat"] != 1 {
-		t.Errorf("3×3×3 window over 32³: %v; want 3 Slice, 3 Gather, 3 MatMul, 1 Concat", ops)
+	if ops := volume(); ops["Gather"] != 9 || ops["MatMul"] != 9 || ops["Slice"] != 9 || ops["Concat"] != 1 {
+		t.Errorf("3×3×3 window over 32³: %v; want 9 Slice, 9 Gather, 9 MatMul, 1 Concat", ops)
 	}
-	old = autodiff.SetMaxGatherSlabs(3)
-	if ops := volume(); ops["Gather"] != 9 || ops["MatMul"] != 9 || ops["Slice"] != 9 {
-		t.Errorf("3×3×3 window over 32³, three offsets a slab: %v; want 9 Slice, 9 Gather, 9 MatMul", ops)
+	old = autodiff.SetMaxGatherSlabs(9)
+	if ops := volume(); ops["Gather"] != 3 || ops["MatMul"] != 3 || ops["Slice"] != 3 {
+		t.Errorf("3×3×3 window over 32³, nine offsets a slab: %v; want 3 Slice, 3 Gather, 3 MatMul", ops)
 	}
 	autodiff.SetMaxGatherSlabs(old)
 	old = autodiff.SetMaxGatherIndices(0)

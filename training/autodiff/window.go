@@ -290,10 +290,13 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 // (convWeightGradSlabs): at most maxGatherSlabs offsets' windows at once,
 // and never over maxGatherSlabColumns elements per sample, which keeps
 // the gathered tensor under CUDA's 2³¹ elements up to a batch of 8.
+// Three, not nine: on the CPU the bench VQ-GAN's memory per sample was
+// 88 MB one offset at a time, 84 with three offsets a slab and 120 with
+// nine (ortrain bench --memory --case vqgan3d, this 2-core machine).
 var (
 	maxGatherIndices     int64 = 1 << 20
 	maxGatherColumns     int64 = 1 << 21
-	maxGatherSlabs       int64 = 9
+	maxGatherSlabs       int64 = 3
 	maxGatherSlabColumns int64 = 1 << 28
 )
 
@@ -360,9 +363,9 @@ func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wsha
 // volume): the input's leading spatial axes are sliced, one slab per
 // offset along them, and the offsets along the trailing axes are gathered
 // from each slab as convWeightGradGather gathers them all, with an index
-// table over the trailing axes only. A 3×3×3 window then takes three
-// Gathers and three GEMMs (nine with three offsets a slab), not 27 slices
-// and 27 GEMMs each reading dY. X is laid out [C, trailing..., leading...,
+// table over the trailing axes only. A 3×3×3 window then takes nine
+// Gathers and nine GEMMs with three offsets a slab (three of each with
+// nine), not 27 slices and 27 GEMMs each reading dY. X is laid out [C, trailing..., leading...,
 // N], so a slab's gathered windows [C, K_t, P_t, P_l, N] are the GEMM's
 // rows as they come, against dY as [P_t·P_l·N, M]. The leading axes
 // sliced are the fewest that keep a slab within maxGatherSlabs offsets
