@@ -556,6 +556,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 			g.Outputs = append(g.Outputs, o)
 		}
 	}
+	precision.DropExactRoundTrips(g)
 	g.Prune()
 	g.StripStopGradients()
 	bypassIdentities(g)
@@ -612,6 +613,7 @@ func evalGraph(fwd *graph.Graph, spec loss.Spec) (*graph.Graph, error) {
 		}
 	}
 	g.DropBufferUpdates()
+	precision.DropExactRoundTrips(g)
 	g.Prune()
 	g.DropUnreadInputs(graph.GlobalStepInput)
 	g.StripStopGradients()
