@@ -15,6 +15,7 @@ import (
 
 // Rewrite applies every rewrite of the package to g.
 func Rewrite(g *graph.Graph) {
+	FuseSquares(g)
 	SplitReductions(g)
 	SplitPads(g)
 }
