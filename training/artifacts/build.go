@@ -124,6 +124,7 @@ func Build(opts Options) (*Manifest, error) {
 		return nil, err
 	}
 	g.FoldShapes()
+	g.HoistScales()
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
 		return nil, err
 	}

@@ -348,7 +348,8 @@ var shapeOps = map[string]bool{"Shape": true, "Size": true}
 // CPU; views launch nothing; a Cast to its input's type is removed
 // (CastElimination); emulated mixed precision is priced as the device's
 // low-precision kernels run it (roundingPairs); a Transpose of the last two axes read only by a MatMul is fused into it
-// (FusedMatMul).
+// (FusedMatMul), and so is a scale by a constant scalar of a MatMul's
+// operand or product (MatMulScaleFusion).
 func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 	consumers := g.Consumers()
 	constant := map[string]bool{} // known before the run: folded
@@ -358,6 +359,9 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 	}
 	lowVal, removedCasts := lowTyping(g, o.data, o.low)
 	fused := fusedTranspose(g, consumers)
+	for n := range fusedScales(g, consumers, removedCasts) {
+		fused[n] = true
+	}
 	var out []nodeCost
 	for _, n := range g.Nodes {
 		c := nodeCost{op: n.Op}
@@ -507,6 +511,62 @@ func fusedTranspose(g *graph.Graph, consumers map[string][]*graph.Node) map[*gra
 			swap = swap && p == want
 		}
 		fused[n] = swap
+	}
+	return fused
+}
+
+// fusedScales finds the Muls and Divs by a constant scalar that ONNX
+// Runtime's MatMulScaleFusion folds into a FusedMatMul's alpha: of a
+// MatMul's product read by the scale alone, or of an operand read by the
+// MatMul alone (looking through the rounding Casts the device would not
+// run).
+func fusedScales(g *graph.Graph, consumers map[string][]*graph.Node, elided map[*graph.Node]bool) map[*graph.Node]bool {
+	producers := g.Producers()
+	scalar := func(v string) bool {
+		t := g.Initializers[v]
+		return t != nil && graph.Numel(t) == 1 && g.Info(v).Float()
+	}
+	// back follows v up through elided Casts each read by one node.
+	back := func(v string) *graph.Node {
+		for {
+			p := producers[v]
+			if p == nil || !elided[p] || len(consumers[v]) != 1 {
+				if p != nil && len(consumers[v]) != 1 {
+					return nil
+				}
+				return p
+			}
+			v = p.Input(0)
+		}
+	}
+	// forward follows v down through elided Casts to its one reader.
+	forward := func(v string) *graph.Node {
+		for {
+			rs := consumers[v]
+			if len(rs) != 1 {
+				return nil
+			}
+			if !elided[rs[0]] {
+				return rs[0]
+			}
+			v = rs[0].Outputs[0]
+		}
+	}
+	fused := map[*graph.Node]bool{}
+	for _, n := range g.Nodes {
+		if (n.Op != "Mul" && n.Op != "Div") || n.Domain != "" || len(n.Inputs) != 2 {
+			continue
+		}
+		for k := range 2 {
+			if n.Op == "Div" && k == 0 || !scalar(n.Inputs[k]) {
+				continue
+			}
+			if p := back(n.Inputs[1-k]); p != nil && p.Op == "MatMul" && p.Domain == "" {
+				fused[n] = true
+			} else if r := forward(n.Outputs[0]); r != nil && r.Op == "MatMul" && r.Domain == "" {
+				fused[n] = true
+			}
+		}
 	}
 	return fused
 }

@@ -1,0 +1,82 @@
+package autodiff_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// TestHoistScalesExact: attention's scores scaled by 1/8 after the
+// product (Mul) and by 8 (Div) have the scale moved onto q; a scale of 0.1
+// and a product read twice stay. The loss and the gradients of q, k and v
+// are bit for bit those of the graph as written, in float32 and with
+// bfloat16-rounded operands, as emulated mixed precision rounds them.
+func TestHoistScalesExact(t *testing.T) {
+	orttest.Init(t)
+	for _, rounded := range []bool{false, true} {
+		build := func(hoist bool) *graph.Graph {
+			g := graph.New("attention", graph.EmitOpset)
+			for _, in := range []string{"q", "k", "v"} {
+				g.AddInput(in, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 3, 8, 4}})
+			}
+			b := graph.NewBuilder(g, "")
+			round := func(x string) string {
+				if !rounded {
+					return x
+				}
+				return b.Cast(b.Cast(x, dtype.BFloat16), dtype.Float32)
+			}
+			kt := b.Transpose("k", 0, 1, 3, 2)
+			head := func(op string, scale float64) string {
+				s := b.Op(op, []string{b.MatMul(round("q"), round(kt)), b.Scalar(dtype.Float32, scale)})
+				return b.MatMul(round(b.Op("Softmax", []string{round(s)}, graph.AInt("axis", -1))), round("v"))
+			}
+			a, c, d := head("Mul", 0.125), head("Div", 8), head("Mul", 0.1)
+			shared := b.MatMul("q", kt)
+			e := b.Add(b.Mul(shared, b.Scalar(dtype.Float32, 0.5)), shared)
+			loss := b.ReduceSum(b.Add(b.Add(b.Mul(a, c), d), b.ReduceSum(e, true, 3)), false)
+			if b.Err != nil {
+				t.Fatal(b.Err)
+			}
+			if hoist {
+				if n := g.HoistScales(); n != 2 {
+					t.Errorf("rounded %v: %d scales hoisted, want 2 (by 1/8 and by 8)", rounded, n)
+				}
+			}
+			grads, err := autodiff.GradientsWith(g, loss, []string{"q", "k", "v"}, "grad/", autodiff.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Outputs = []string{loss, grads["q"], grads["k"], grads["v"]}
+			return g
+		}
+		feed := map[string]*ort.Value{}
+		r := rand.New(rand.NewPCG(7, 8))
+		for _, in := range []string{"q", "k", "v"} {
+			vals := make([]float32, 2*3*8*4)
+			for i := range vals {
+				vals[i] = float32(r.NormFloat64() * 2)
+			}
+			v, err := ort.NewTensor([]int64{2, 3, 8, 4}, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			feed[in] = v
+		}
+		want, got := runOutputs(t, build(false), feed), runOutputs(t, build(true), feed)
+		for k := range want {
+			for i := range want[k] {
+				if math.Float64bits(want[k][i]) != math.Float64bits(got[k][i]) {
+					t.Fatalf("rounded %v: output %d [%d] is %g hoisted, %g as written", rounded, k, i, got[k][i], want[k][i])
+				}
+			}
+		}
+	}
+}
