@@ -365,12 +365,12 @@ func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wsha
 // from each slab as convWeightGradGather gathers them all, with an index
 // table over the trailing axes only. A 3×3×3 window then takes nine
 // Gathers and nine GEMMs with three offsets a slab (three of each with
-// nine), not 27 slices and 27 GEMMs each reading dY. X is laid out [C, trailing..., leading...,
-// N], so a slab's gathered windows [C, K_t, P_t, P_l, N] are the GEMM's
-// rows as they come, against dY as [P_t·P_l·N, M]. The leading axes
-// sliced are the fewest that keep a slab within maxGatherSlabs offsets
-// (or maxGatherColumns elements) and maxGatherSlabColumns; "" where none
-// does, or sizes are not static.
+// nine), not 27 Slices and 27 GEMMs each reading dY. X is laid out as
+// [C, trailing..., leading..., N], so a slab's gathered windows
+// [C, K_t, P_t, P_l, N] are the GEMM's rows as they come, against dY as
+// [P_t·P_l·N, M]. The leading axes sliced are the fewest that keep a slab
+// within maxGatherSlabs offsets (or maxGatherColumns elements) and
+// maxGatherSlabColumns; "" where none does, or sizes are not static.
 func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
 	k := len(in)
 	c, m := wshape[1], wshape[0]

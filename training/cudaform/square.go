@@ -64,22 +64,32 @@ func FuseSquares(g *graph.Graph) int {
 			continue
 		}
 		b := graph.NewBuilder(g, n.Name+"/")
-		// The sum keeps or drops its axes as the mean did; the batch
-		// axes after a dropped one move down.
+		scale := b.Scalar(d.DType, 1/count)
+		if b.Err != nil {
+			out = append(out, n)
+			continue
+		}
+		// The sum keeps or drops its axes as the mean did; a batch axis
+		// after dropped ones moves down by their number.
 		keep := n.Int("keepdims", 1)
-		sum := &graph.Node{Op: "ReduceSumSquare", Name: g.Fresh(n.Name + "/sumsquare"), Inputs: []string{sq.Input(0)},
-			Outputs: []string{g.Fresh(n.Outputs[0] + "/sumsquare")}, Attrs: []*onnxpb.AttributeProto{graph.AInt("keepdims", keep)}}
 		if keep == 0 {
 			for i, a := range unknown {
-				unknown[i] = a - int64(len(slices.DeleteFunc(slices.Clone(known), func(k int64) bool { return k > a })))
+				below := 0
+				for _, k := range known {
+					if k < a {
+						below++
+					}
+				}
+				unknown[i] = a - int64(below)
 			}
 		}
+		sum := &graph.Node{Op: "ReduceSumSquare", Name: g.Fresh(n.Name + "/sumsquare"), Inputs: []string{sq.Input(0)},
+			Outputs: []string{g.Fresh(n.Outputs[0] + "/sumsquare")}, Attrs: []*onnxpb.AttributeProto{graph.AInt("keepdims", keep)}}
 		setAxes(b, sum, known)
 		g.AddNode(sum)
-		scale := b.Scalar(d.DType, 1/count)
 		if len(unknown) == 0 {
-			scaleNode := &graph.Node{Op: "Mul", Name: g.Fresh(n.Name + "/mean"), Inputs: []string{sum.Outputs[0], scale}, Outputs: n.Outputs}
-			out = append(out, sum, scaleNode)
+			mean := &graph.Node{Op: "Mul", Name: g.Fresh(n.Name + "/mean"), Inputs: []string{sum.Outputs[0], scale}, Outputs: n.Outputs}
+			out = append(out, sum, mean)
 		} else {
 			scaled := &graph.Node{Op: "Mul", Name: g.Fresh(n.Name + "/mean"), Inputs: []string{sum.Outputs[0], scale},
 				Outputs: []string{g.Fresh(n.Outputs[0] + "/partial")}}
@@ -87,9 +97,6 @@ func FuseSquares(g *graph.Graph) int {
 			n.Inputs = []string{scaled.Outputs[0]}
 			setAxes(b, n, unknown)
 			out = append(out, sum, scaled, n)
-		}
-		if b.Err != nil {
-			return fused
 		}
 		dropped[sq] = true
 		fused++

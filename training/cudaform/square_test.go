@@ -12,9 +12,10 @@ import (
 )
 
 // TestFuseSquares: BatchNorm's variance over x [N, C, H, W], its batch not
-// fixed, and a mean of squares over the last axis become sums of squares
-// (the first finished by a mean over the batch); a square something else
-// reads stays. The outputs agree with the plain graph's to float32
+// fixed, a mean of squares over the last axis and one over a fixed axis
+// and the batch after it, dropped, become sums of squares (the first and
+// last finished by a mean over the batch); a square something else reads
+// stays. The outputs agree with the plain graph's to float32
 // rounding, and after Rewrite every reduction takes the CUDA provider's
 // own kernel.
 func TestFuseSquares(t *testing.T) {
@@ -22,21 +23,24 @@ func TestFuseSquares(t *testing.T) {
 	build := func() *graph.Graph {
 		g := graph.New("squares", graph.EmitOpset)
 		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 8, 24, 24}})
+		g.AddInput("y", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{5, -1, 6}})
 		b := graph.NewBuilder(g, "")
 		d := b.Sub("x", b.ReduceMean("x", true, 0, 2, 3))
 		variance := b.ReduceMean(b.Mul(d, d), false, 0, 2, 3)
 		rows := b.ReduceMean(b.Mul("x", "x"), true, 3)
 		shared := b.Mul(d, d)
 		kept := b.Add(b.ReduceMean(shared, true, 1), shared)
+		// The batch after a dropped axis: it becomes axis 0.
+		after := b.ReduceMean(b.Mul("y", "y"), false, 0, 1)
 		if b.Err != nil {
 			t.Fatal(b.Err)
 		}
-		g.Outputs = []string{variance, rows, kept}
+		g.Outputs = []string{variance, rows, kept, after}
 		return g
 	}
 	plain, g := build(), build()
-	if n := FuseSquares(g); n != 2 {
-		t.Errorf("%d means of squares fused, want 2", n)
+	if n := FuseSquares(g); n != 3 {
+		t.Errorf("%d means of squares fused, want 3", n)
 	}
 	muls := 0
 	for _, n := range g.Nodes {
@@ -60,7 +64,7 @@ func TestFuseSquares(t *testing.T) {
 			}
 		}
 	}
-	feed := randomFeed(t, rand.New(rand.NewPCG(5, 6)), map[string][]int64{"x": {3, 8, 24, 24}})
+	feed := randomFeed(t, rand.New(rand.NewPCG(5, 6)), map[string][]int64{"x": {3, 8, 24, 24}, "y": {5, 4, 6}})
 	want, got := run(t, plain, feed), run(t, g, feed)
 	for i := range want {
 		worst := 0.0

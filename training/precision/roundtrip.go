@@ -25,11 +25,11 @@ var keepsValues = map[string]bool{
 // type already holds exactly, so the pair changes nothing: a ReLU of a
 // rounded BatchNorm output rounded again for the next convolution, or the
 // ReLU gradient's Where of a rounded gradient. Their readers read the
-// float32 value itself. A pair is kept where that value is not otherwise
-// alive up to the pair's place in the graph (a copy the backward
-// recomputes from the kept low value), so no value is held longer than
-// before; graph outputs are kept too. It returns how many
-// pairs were removed; the Casts nothing reads any more are left to Prune.
+// float32 value itself. A pair is kept where that value is not read up to
+// the pair's place in the graph anyway (a copy the backward recomputes
+// from the kept low value), so no value is held longer than before, and
+// where it makes a graph output. It returns how many pairs were removed;
+// the Casts nothing reads any more are left to Prune.
 func DropExactRoundTrips(g *graph.Graph) int {
 	exact := map[string]dtype.DType{} // float32 values the type holds exactly
 	producers := g.Producers()
@@ -76,28 +76,23 @@ func DropExactRoundTrips(g *graph.Graph) int {
 			}
 		}
 		if n.Op == "Cast" && n.Domain == "" {
-			to := dtype.DType(n.Int("to", 0))
 			x := n.Input(0)
-			if to != dtype.Float32 {
+			from := g.Info(x).DType
+			if dtype.DType(n.Int("to", 0)) != dtype.Float32 || from != dtype.Float16 && from != dtype.BFloat16 {
 				continue
 			}
-			switch from := g.Info(x).DType; {
-			case from == dtype.Float16 || from == dtype.BFloat16:
-				exact[n.Outputs[0]] = from
-				// x = Cast(v, low) of a float32 v the low type holds: the
-				// pair gives back v, alive here anyway.
-				c := producers[x]
-				if c == nil || c.Op != "Cast" || c.Domain != "" {
-					continue
-				}
-				v := c.Input(0)
-				if holds(exact[v], from) && lastRead[v] >= i-1 && lastRead[n.Outputs[0]] < len(g.Nodes) {
-					alias[n.Outputs[0]] = v
-					if lastRead[n.Outputs[0]] > lastRead[v] {
-						lastRead[v] = lastRead[n.Outputs[0]]
-					}
-					dropped++
-				}
+			exact[n.Outputs[0]] = from
+			// x = Cast(v, low) of a float32 v the low type holds: the
+			// pair gives back v, which is read here or later anyway.
+			c := producers[x]
+			if c == nil || c.Op != "Cast" || c.Domain != "" {
+				continue
+			}
+			v := c.Input(0)
+			if holds(exact[v], from) && lastRead[v] >= i-1 && lastRead[n.Outputs[0]] < len(g.Nodes) {
+				alias[n.Outputs[0]] = v
+				lastRead[v] = max(lastRead[v], lastRead[n.Outputs[0]])
+				dropped++
 			}
 			continue
 		}
