@@ -46,6 +46,7 @@ func (g *Graph) HoistScales() int {
 		old := m.Outputs[0]
 		m.Outputs[0] = n.Outputs[0]
 		delete(g.Infos, old)
+		delete(g.Dims, old)
 		// m is earlier in out than n: the hoisted Mul goes just before it.
 		for k := len(out) - 1; k >= 0; k-- {
 			if out[k] == m {
