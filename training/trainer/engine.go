@@ -49,6 +49,9 @@ type engine struct {
 	m               *artifacts.Manifest
 	train, eval, op *ort.Session
 	opts            ort.Options // the sessions', for graphs the engine builds itself
+	// change is weightChange's session, built at start-up and closed once
+	// it has run.
+	change *ort.Session
 
 	params, states []pair // flip together, after an applied optimizer step
 	// flat are the optimizer's flat tensors (artifacts.Optimizer.Groups),
@@ -758,11 +761,14 @@ func (e *engine) view(v *ort.Value) []byte {
 	return b
 }
 
-// weightChange returns the largest absolute difference between the
-// parameters before and after the last applied update, computed on the
-// device by a graph built for it (one reduction per parameter): what shows
-// that an update changed anything without copying the weights out.
-func (e *engine) weightChange() (float64, error) {
+// prepareWeightChange builds weightChange's graph and session now, at
+// start-up, so that the first update's check runs it rather than paying
+// for a session (tens of milliseconds on the CPU, more on a GPU) in the
+// middle of the training steps, where it would be timed as a step's.
+func (e *engine) prepareWeightChange() error {
+	if e.change != nil {
+		return nil
+	}
 	g := graph.New("ortrain_weight_change", 17)
 	b := graph.NewBuilder(g, "")
 	var maxes []string
@@ -781,21 +787,36 @@ func (e *engine) weightChange() (float64, error) {
 		maxes = append(maxes, d)
 	}
 	if len(maxes) == 0 {
-		return 0, nil
+		return nil
 	}
 	b.OpInto("change", "Max", maxes)
 	g.Outputs = []string{"change"}
 	model, err := g.Marshal()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	opts := e.opts
 	opts.CUDA.EnableCUDAGraph = false
-	s, err := ort.NewSessionFromBytes(model, opts)
-	if err != nil {
-		return 0, fmt.Errorf("weight change graph: %w", err)
+	if e.change, err = ort.NewSessionFromBytes(model, opts); err != nil {
+		return fmt.Errorf("weight change graph: %w", err)
 	}
-	defer s.Close()
+	return nil
+}
+
+// weightChange returns the largest absolute difference between the
+// parameters before and after the last applied update, computed on the
+// device by a graph built for it (one reduction per parameter): what shows
+// that an update changed anything without copying the weights out. It is
+// asked once a run, so its session closes after.
+func (e *engine) weightChange() (float64, error) {
+	if err := e.prepareWeightChange(); err != nil || e.change == nil {
+		return 0, err
+	}
+	s := e.change
+	defer func() {
+		s.Close()
+		e.change = nil
+	}()
 	bd, err := s.NewBinding()
 	if err != nil {
 		return 0, err
@@ -1021,6 +1042,9 @@ func (m memoryMetrics) Metrics() map[string]float64 {
 }
 
 func (e *engine) close() {
+	if e.change != nil {
+		e.change.Close()
+	}
 	for _, b := range append(e.allTrain, e.allEval...) {
 		b.Close()
 	}

@@ -162,11 +162,17 @@ type recorder struct {
 	// valMetrics are every validation's metrics.
 	valMetrics []map[string]float64
 	onStep     func(*callback.State)
+	onStart    func(*callback.State)
 	trainEnd   bool
 	stopReason string // the State's at OnTrainEnd
 }
 
-func (r *recorder) OnTrainStart(*callback.State) error { return nil }
+func (r *recorder) OnTrainStart(s *callback.State) error {
+	if r.onStart != nil {
+		r.onStart(s)
+	}
+	return nil
+}
 func (r *recorder) OnStepEnd(s *callback.State, res callback.StepResult) error {
 	res.Terms = slices.Clone(res.Terms) // the loop reuses the slice
 	r.results = append(r.results, res)

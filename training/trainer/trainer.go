@@ -268,6 +268,12 @@ func (t *Trainer) Run(ctx context.Context) (err error) {
 		}
 		return fmt.Sprintf("no new checkpoint: no step was taken since the resumed step %d", start)
 	}
+	if !t.changeSeen {
+		// The first update's check, ready before the steps are timed.
+		if err = t.eng.prepareWeightChange(); err != nil {
+			return err
+		}
+	}
 	if err = t.callbacks.OnTrainStart(s); err == nil {
 		for !s.ShouldStop {
 			if s.Step >= s.MaxSteps {
