@@ -38,7 +38,7 @@ type pair struct {
 // graph's runs, not with the optimizer's).
 type flatPair struct {
 	pair
-	grad bool
+	grad, weights bool
 }
 
 // engine holds an artifact set on one device: the three sessions, the
@@ -277,7 +277,7 @@ func (e *engine) allocFlat() (views map[string]pair, err error) {
 // members' views to views.
 func (e *engine) allocGroup(g optim.Group, views map[string]pair) error {
 	for _, f := range g.Flat {
-		fp := flatPair{pair: pair{name: f.Name}, grad: f.Prefix == optim.GradName("")}
+		fp := flatPair{pair: pair{name: f.Name}, grad: f.Prefix == optim.GradName(""), weights: f.Prefix == ""}
 		var err error
 		for i := range fp.v {
 			if fp.v[i], err = e.train.Alloc(g.DType, []int64{g.Size}); err == nil {
@@ -772,7 +772,7 @@ func (e *engine) prepareWeightChange() error {
 	g := graph.New("ortrain_weight_change", 17)
 	b := graph.NewBuilder(g, "")
 	var maxes []string
-	for i, pm := range e.params {
+	for i, pm := range e.changed() {
 		if pm.v[0].Len() == 0 {
 			continue
 		}
@@ -803,6 +803,22 @@ func (e *engine) prepareWeightChange() error {
 	return nil
 }
 
+// changed are the tensors weightChange compares: the optimizer's flat
+// parameter tensors, a few large ones instead of a kernel or three per
+// parameter, or the parameters themselves without them.
+func (e *engine) changed() []pair {
+	var flat []pair
+	for _, f := range e.flat {
+		if f.weights {
+			flat = append(flat, f.pair)
+		}
+	}
+	if len(flat) > 0 {
+		return flat
+	}
+	return e.params
+}
+
 // weightChange returns the largest absolute difference between the
 // parameters before and after the last applied update, computed on the
 // device by a graph built for it (one reduction per parameter): what shows
@@ -828,7 +844,7 @@ func (e *engine) weightChange() (float64, error) {
 	}
 	defer out.Close()
 	var errs []error
-	for i, pm := range e.params {
+	for i, pm := range e.changed() {
 		if pm.v[0].Len() > 0 {
 			errs = append(errs, bd.BindInput(fmt.Sprintf("before%d", i), pm.v[1-e.p]), bd.BindInput(fmt.Sprintf("after%d", i), pm.v[e.p]))
 		}
