@@ -229,14 +229,7 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 	for i := int64(2); i < r; i++ {
 		toChannelsFirst = append(toChannelsFirst, i)
 	}
-	xt := b.Transpose(xv, toChannelsFirst...) // [C, N, in...]
-	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
-		pads := make([]int64, 2*r)
-		for i := range k {
-			pads[2+i], pads[int(r)+2+i] = w.Pads[i], w.Pads[k+i]
-		}
-		xt = b.Op("Pad", []string{xt, b.Ints(pads...)})
-	}
+	xt := padWindow(b, b.Transpose(xv, toChannelsFirst...), w) // [C, N, in...]
 	// dY [N, M, out...] → [N·P, M]
 	gt := b.Reshape(b.Transpose(g, append([]int64{0}, append(spatialAxes(int(r)), 1)...)...), b.Ints(-1, m))
 	axes := spatialAxes(int(r))
@@ -332,13 +325,7 @@ func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wsha
 	// for pads on the last two axes of a rank ≤ 4 tensor (NCHW's H and W);
 	// its general one, which [C, H, W, N] would take, wrote about 10¹⁰
 	// elements a second on an H200, 57 ms of ResNet-50's step at batch 256.
-	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
-		pads := make([]int64, 2*r)
-		for i := range k {
-			pads[2+i], pads[r+2+i] = w.Pads[i], w.Pads[k+i]
-		}
-		xv = b.Op("Pad", []string{xv, b.Ints(pads...)})
-	}
+	xv = padWindow(b, xv, w)
 	perm := []int64{1}
 	for i := 2; i < r; i++ {
 		perm = append(perm, int64(i))
@@ -400,14 +387,7 @@ func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshap
 	for i := range k {
 		padded[i] = in[i] + w.Pads[i] + w.Pads[k+i]
 	}
-	r := k + 2
-	if slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
-		pads := make([]int64, 2*r)
-		for i := range k {
-			pads[2+i], pads[r+2+i] = w.Pads[i], w.Pads[k+i]
-		}
-		xv = b.Op("Pad", []string{xv, b.Ints(pads...)}) // before the transpose: see convWeightGradGather
-	}
+	xv = padWindow(b, xv, w) // before the transpose: see convWeightGradGather
 	// X̄ [N, C, lead..., trail...] → [C, trail..., lead..., N] → [C, S_t, lead..., N]
 	perm, gperm := []int64{1}, []int64{}
 	for i := j; i < k; i++ {
@@ -455,6 +435,21 @@ func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshap
 		dw = b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M], the offsets in W's order
 	}
 	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
+}
+
+// padWindow pads the spatial axes (2 on) of x by the window's pads; x
+// itself where they are all zero.
+func padWindow(b *B, x string, w graph.WindowAttrs) string {
+	if !slices.ContainsFunc(w.Pads, func(p int64) bool { return p != 0 }) {
+		return x
+	}
+	k := len(w.Pads) / 2
+	r := k + 2
+	pads := make([]int64, 2*r)
+	for i := range k {
+		pads[2+i], pads[r+2+i] = w.Pads[i], w.Pads[k+i]
+	}
+	return b.Op("Pad", []string{x, b.Ints(pads...)})
 }
 
 // gatherIndices is convWeightGradGather's table [K, P]: for kernel offset

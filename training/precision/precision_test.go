@@ -144,23 +144,7 @@ func TestAutocastEmulatedOnCPU(t *testing.T) {
 		defer val.Close()
 		feed[in] = val
 	}
-	run := func(g *graph.Graph) []float32 {
-		m, err := g.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ort.NewSessionFromBytes(m, ort.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		outs, err := s.Run(feed, g.Outputs[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer outs[0].Close()
-		return slices.Clone(ort.Data[float32](outs[0]))
-	}
+	run := func(g *graph.Graph) []float32 { return runOnCPU(t, g, feed)[0] }
 	want, got := run(plain), run(g)
 	worst := 0.0
 	for i := range want {
