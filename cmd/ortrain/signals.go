@@ -105,11 +105,19 @@ func (s *signals) loop() {
 	}
 }
 
-// setUndo registers what undoes setup once a signal ends it.
-func (s *signals) setUndo(undo func() string) {
+// creating runs make, which creates what setup must undo (the run
+// directory) and returns its undo, with signals held back until that undo
+// is registered: a signal between the directory's creation and its undo
+// would otherwise end setup saying nothing was written and leave the
+// directory.
+func (s *signals) creating(make func() (undo func() string, err error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.undo = undo
+	undo, err := make()
+	if err == nil {
+		s.undo = undo
+	}
+	return err
 }
 
 // setAbandon registers what a second signal does before it exits.

@@ -180,38 +180,46 @@ func train(c *cli.Context, cfg *config.Config, resume, runDir string, overwrite 
 	newNamesDir := os.IsNotExist(statErr)
 	_, statErr = os.Stat(cfg.OutputDir)
 	newOutputDir := os.IsNotExist(statErr)
-	rd, ck, err := openRunDir(cfg, resume, runDir, overwrite, runInputs(c, cfg))
+	var rd *rundir.Dir
+	var ck string
+	var undo func() string
+	// A new version (or a --run-dir this command made) whose setup fails
+	// (artifacts that do not build, data that does not open, initial
+	// weights refused), panics or is interrupted is removed, and an
+	// overwritten --run-dir gets its old run back: a failed command leaves
+	// nothing.
+	err = sig.creating(func() (func() string, error) {
+		var err error
+		if rd, ck, err = openRunDir(cfg, resume, runDir, overwrite, runInputs(c, cfg)); err != nil {
+			return nil, err
+		}
+		undo = sync.OnceValue(func() string {
+			msg, err := rd.Discard()
+			if err != nil {
+				return fmt.Sprintf("undoing the setup of %s failed: %v", rd.Path, err)
+			}
+			if runDir == "" && !rd.Resumed && newNamesDir {
+				os.Remove(namesDir) // only if empty: other versions stay
+				if newOutputDir {
+					os.Remove(cfg.OutputDir)
+				}
+			}
+			return msg
+		})
+		return undo, nil
+	})
 	if err != nil {
 		return "", err
 	}
 	if rd.Recovered != "" {
 		fmt.Fprintln(c.App.ErrWriter, "ortrain: "+rd.Recovered)
 	}
-	// A new version (or a --run-dir this command made) whose setup fails
-	// (artifacts that do not build, data that does not open, initial
-	// weights refused), panics or is interrupted is removed, and an
-	// overwritten --run-dir gets its old run back: a failed command leaves
-	// nothing.
-	undo := sync.OnceValue(func() string {
-		msg, err := rd.Discard()
-		if err != nil {
-			return fmt.Sprintf("undoing the setup of %s failed: %v", rd.Path, err)
-		}
-		if runDir == "" && !rd.Resumed && newNamesDir {
-			os.Remove(namesDir) // only if empty: other versions stay
-			if newOutputDir {
-				os.Remove(cfg.OutputDir)
-			}
-		}
-		return msg
-	})
 	// An overwritten run directory's old run is deleted only once the
 	// new run has taken its first step (tx.commit): until then every way
 	// this command can end puts it back — an error or a panic in setup or
 	// before that step (here), a signal (sig), and a process killed
 	// outright (rundir.Recover, when the directory is next opened).
 	tx := &overwriteTx{rd: rd, undo: undo}
-	sig.setUndo(undo)
 	sig.setAbandon(tx.abandon)
 	started := false
 	defer func() {
