@@ -105,15 +105,15 @@ func (s *signals) loop() {
 	}
 }
 
-// creating runs make, which creates what setup must undo (the run
+// creating runs create, which makes what setup must undo (the run
 // directory) and returns its undo, with signals held back until that undo
 // is registered: a signal between the directory's creation and its undo
 // would otherwise end setup saying nothing was written and leave the
 // directory.
-func (s *signals) creating(make func() (undo func() string, err error)) error {
+func (s *signals) creating(create func() (undo func() string, err error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	undo, err := make()
+	undo, err := create()
 	if err == nil {
 		s.undo = undo
 	}

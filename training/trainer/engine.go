@@ -821,9 +821,9 @@ func (e *engine) changed() []pair {
 
 // weightChange returns the largest absolute difference between the
 // parameters before and after the last applied update, computed on the
-// device by a graph built for it (one reduction per parameter): what shows
-// that an update changed anything without copying the weights out. It is
-// asked once a run, so its session closes after.
+// device by a graph built for it (one reduction per tensor of changed):
+// what shows that an update changed anything without copying the weights
+// out. It is asked once a run, so its session closes after.
 func (e *engine) weightChange() (float64, error) {
 	if err := e.prepareWeightChange(); err != nil || e.change == nil {
 		return 0, err
