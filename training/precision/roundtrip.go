@@ -25,10 +25,11 @@ var keepsValues = map[string]bool{
 // type already holds exactly, so the pair changes nothing: a ReLU of a
 // rounded BatchNorm output rounded again for the next convolution, or the
 // ReLU gradient's Where of a rounded gradient. Their readers read the
-// float32 value itself. A pair is kept where that value is not read up to
-// the pair's place in the graph anyway (a copy the backward recomputes
-// from the kept low value), so no value is held longer than before, and
-// where it makes a graph output. It returns how many pairs were removed;
+// float32 value itself. A pair is kept where that value is not read at or
+// just before the pair's place in the graph anyway (a copy the backward
+// recomputes from the kept low value), so the float32 value is not kept
+// across the forward pass in the low copy's stead (ResNet-50's emulated
+// step peak grew 0.6 %), and where it makes a graph output. It returns how many pairs were removed;
 // the Casts nothing reads any more are left to Prune.
 func DropExactRoundTrips(g *graph.Graph) int {
 	exact := map[string]dtype.DType{} // float32 values the type holds exactly
