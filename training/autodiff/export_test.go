@@ -24,3 +24,11 @@ func SetMaxGatherSlabs(n int64) int64 {
 	maxGatherSlabs = n
 	return old
 }
+
+// SetSpreadZeros turns insertZeros' ConvTranspose on or off and returns
+// the old setting.
+func SetSpreadZeros(on bool) bool {
+	old := spreadZeros
+	spreadZeros = on
+	return old
+}

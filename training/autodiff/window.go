@@ -91,10 +91,17 @@ func convInputGrad(b *B, g, wv string, w graph.WindowAttrs, in, out []int64, gro
 
 // insertZeros puts s-1 zeros between neighbouring samples of g along
 // every spatial axis i of stride s = strides[i] > 1, of a tensor
-// [N, C, sizes...]: size o becomes s(o-1)+1. All the axes at once, in four
-// nodes: a size-1 axis after each (Unsqueeze), padded to s (Pad), merged
-// into it (Reshape) and the trailing zeros cut (Slice). sizes are given
-// rather than inferred because the batch may be symbolic.
+// [N, C, sizes...]: size o becomes s(o-1)+1. With its channels known, and
+// not in bfloat16 (which ONNX Runtime's CUDA ConvTranspose lacks), one
+// node: a ConvTranspose by a 1×1 kernel of ones per channel (group C) at
+// those strides, which copies each sample to its place and writes zeros
+// between, exactly. ONNX Runtime's CPU provider ran it 8.7 times faster
+// than the padded view below on ResNet-50's [8, 512, 28, 28] (4.7 against
+// 40.9 ms, whose 6-D Pad copies element by element), 1.7 times on a
+// [2, 64, 16, 32, 32] volume. Otherwise four nodes, all the axes at once:
+// a size-1 axis after each (Unsqueeze), padded to s (Pad), merged into it
+// (Reshape) and the trailing zeros cut (Slice). sizes are given rather
+// than inferred because the batch may be symbolic.
 func insertZeros(b *B, g string, strides, sizes []int64) string {
 	var strided []int
 	for i, s := range strides {
@@ -104,6 +111,14 @@ func insertZeros(b *B, g string, strides, sizes []int64) string {
 	}
 	if len(strided) == 0 {
 		return g
+	}
+	if gi := b.Info(g); spreadZeros && gi.Known && len(gi.Shape) == len(sizes)+2 && gi.Shape[1] > 0 && gi.DType != dtype.BFloat16 && gi.Float() {
+		kernel, steps := make([]int64, len(sizes)), make([]int64, len(sizes))
+		for i := range sizes {
+			kernel[i], steps[i] = 1, max(strides[i], 1)
+		}
+		return b.Op("ConvTranspose", []string{g, spreadKernel(b, gi.DType, gi.Shape[1], len(sizes))},
+			graph.AInt("group", gi.Shape[1]), graph.AInts("kernel_shape", kernel), graph.AInts("strides", steps))
 	}
 	r := len(sizes) + 2 + len(strided) // the rank with the new axes
 	var newAxes, sliceAxes, ends []int64
@@ -121,6 +136,33 @@ func insertZeros(b *B, g string, strides, sizes []int64) string {
 		shape = append(shape, o*max(strides[i], 1))
 	}
 	return b.Slice(b.Reshape(p, b.Ints(shape...)), make([]int64, len(ends)), ends, sliceAxes, nil)
+}
+
+// spreadZeros lets insertZeros use the ConvTranspose (tests turn it off to
+// check the padded view).
+var spreadZeros = true
+
+// spreadKernel is insertZeros' kernel: ones [channels, 1, 1...] in dt,
+// shared by the windows of one type, width and rank.
+func spreadKernel(b *B, dt dtype.DType, channels int64, spatial int) string {
+	name := fmt.Sprintf("ortrain/conv/spread/%s/c%d/r%d", dt, channels, spatial)
+	if _, ok := b.G.Initializers[name]; ok {
+		return name
+	}
+	shape := []int64{channels, 1}
+	for range spatial {
+		shape = append(shape, 1)
+	}
+	ones := make([]float64, channels)
+	for i := range ones {
+		ones[i] = 1
+	}
+	t, err := graph.Floats(name, dt, shape, ones)
+	if err != nil {
+		return b.Fail("%w", err)
+	}
+	b.G.AddInitializer(t)
+	return name
 }
 
 // convWeightGrad is the weight gradient of the convolution of xv (spatial
