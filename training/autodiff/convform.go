@@ -22,17 +22,17 @@ const (
 	// zero-interleaved output gradient by the flipped weight and the
 	// weight gradient as a GEMM over the kernel offsets' windows of the
 	// input: all offsets' windows gathered into one matrix where they are
-	// small (convWeightGradGather: 2-D windows), a volume's in-plane
-	// offsets gathered from one depth slab at a time where that is
-	// (convWeightGradSlabs), else one GEMM per offset over strided Slices.
-	// ONNX Runtime's CPU provider and cuBLAS run these faster than the ops
-	// form's whole-map kernels.
+	// small (convWeightGradGather: 2-D windows), else one GEMM per offset
+	// over strided Slices. ONNX Runtime's CPU provider and cuBLAS run
+	// these faster than the ops form's whole-map kernels.
 	ConvFormOffsets ConvForm = "offsets"
-	// ConvFormGEMM writes the weight gradient as the offsets form does
-	// and the input gradient as one ConvTranspose (cuDNN's backward-data
-	// on CUDA, no zeros interleaved for a strided window, no flipped
-	// weight), except in bfloat16, which ONNX Runtime's CUDA ConvTranspose
-	// lacks, where it is the offsets form's Conv.
+	// ConvFormGEMM writes the weight gradient as the offsets form does,
+	// but a volume's offsets a few at a time from slabs of the input
+	// (convWeightGradSlabs) rather than one GEMM each, and the input
+	// gradient as one ConvTranspose (cuDNN's backward-data on CUDA, no
+	// zeros interleaved for a strided window, no flipped weight), except
+	// in bfloat16, which ONNX Runtime's CUDA ConvTranspose lacks, where it
+	// is the offsets form's Conv.
 	ConvFormGEMM ConvForm = "gemm"
 )
 

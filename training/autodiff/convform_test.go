@@ -57,7 +57,9 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 		// gathered from each slab: all the trailing axes (a 3-D window's
 		// last two), then the last one only.
 		for _, slabs := range []int64{9, 2} {
-			t.Run(fmt.Sprintf("offsets-slabs-%d/%s", slabs, c.name), func(t *testing.T) {
+			c := c
+			c.conv = autodiff.ConvFormGEMM
+			t.Run(fmt.Sprintf("gemm-slabs-%d/%s", slabs, c.name), func(t *testing.T) {
 				defer autodiff.SetMaxGatherColumns(autodiff.SetMaxGatherColumns(0))
 				defer autodiff.SetMaxGatherSlabs(autodiff.SetMaxGatherSlabs(slabs))
 				checkFD(t, c, uint64(i))
@@ -139,18 +141,19 @@ func TestConvFormsNodes(t *testing.T) {
 	if gemm := countIn(autodiff.ConvFormGEMM, dtype.BFloat16); gemm["ConvTranspose"] != 0 || gemm["Conv"] != 6 || gemm["Gather"] != 1 {
 		t.Errorf("gemm form in bfloat16: %v; want no ConvTranspose, 6 Conv, 1 Gather", gemm)
 	}
-	// A volume's 27 offsets gathered would hold 27 times its input: one
-	// slab per offset along the depth and height, the three offsets along
-	// the width gathered from it; the nine in-plane offsets from a depth
-	// slab where nine are allowed, and one GEMM per offset where the
-	// gathered table would be too large.
-	volume := func() map[string]int {
+	// A volume's 27 offsets gathered would hold 27 times its input. In the
+	// gemm form (CUDA): one slab per offset along the depth and height,
+	// the three offsets along the width gathered from it; the nine
+	// in-plane offsets from a depth slab where nine are allowed; one GEMM
+	// per offset where the gathered table would be too large, and in the
+	// offsets form (the CPU).
+	volume := func(f autodiff.ConvForm) map[string]int {
 		vol := graph.New("volume", graph.EmitOpset)
 		vol.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
 		vol.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8, 3, 3, 3}})
 		b := graph.NewBuilder(vol, "fwd/")
 		y := b.Op("Conv", []string{"x", "w"}, ais("pads", s(1, 1, 1, 1, 1, 1)))
-		if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), []string{"w"}, "grad/", autodiff.Options{ConvForm: autodiff.ConvFormOffsets}); err != nil {
+		if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), []string{"w"}, "grad/", autodiff.Options{ConvForm: f}); err != nil {
 			t.Fatal(err)
 		}
 		ops := map[string]int{}
@@ -159,17 +162,20 @@ func TestConvFormsNodes(t *testing.T) {
 		}
 		return ops
 	}
-	if ops := volume(); ops["Gather"] != 9 || ops["MatMul"] != 9 || ops["Slice"] != 9 || ops["Concat"] != 1 {
-		t.Errorf("3×3×3 window over 32³: %v; want 9 Slice, 9 Gather, 9 MatMul, 1 Concat", ops)
+	if ops := volume(autodiff.ConvFormGEMM); ops["Gather"] != 9 || ops["MatMul"] != 9 || ops["Slice"] != 9 || ops["Concat"] != 1 {
+		t.Errorf("gemm form, 3×3×3 window over 32³: %v; want 9 Slice, 9 Gather, 9 MatMul, 1 Concat", ops)
 	}
 	old = autodiff.SetMaxGatherSlabs(9)
-	if ops := volume(); ops["Gather"] != 3 || ops["MatMul"] != 3 || ops["Slice"] != 3 {
-		t.Errorf("3×3×3 window over 32³, nine offsets a slab: %v; want 3 Slice, 3 Gather, 3 MatMul", ops)
+	if ops := volume(autodiff.ConvFormGEMM); ops["Gather"] != 3 || ops["MatMul"] != 3 || ops["Slice"] != 3 {
+		t.Errorf("gemm form, 3×3×3 window over 32³, nine offsets a slab: %v; want 3 Slice, 3 Gather, 3 MatMul", ops)
 	}
 	autodiff.SetMaxGatherSlabs(old)
+	if ops := volume(autodiff.ConvFormOffsets); ops["Gather"] != 0 || ops["MatMul"] != 27 {
+		t.Errorf("offsets form, 3×3×3 window over 32³: %v; want 27 MatMul, no Gather", ops)
+	}
 	old = autodiff.SetMaxGatherIndices(0)
-	if ops := volume(); ops["Gather"] != 0 || ops["MatMul"] != 27 {
-		t.Errorf("3×3×3 window over 32³, no table: %v; want 27 MatMul, no Gather", ops)
+	if ops := volume(autodiff.ConvFormGEMM); ops["Gather"] != 0 || ops["MatMul"] != 27 {
+		t.Errorf("gemm form, 3×3×3 window over 32³, no table: %v; want 27 MatMul, no Gather", ops)
 	}
 	autodiff.SetMaxGatherIndices(old)
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {

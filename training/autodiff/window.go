@@ -261,8 +261,10 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 	if dw := convWeightGradGather(b, xv, g, w, in, out, wshape); dw != "" {
 		return dw
 	}
-	if dw := convWeightGradSlabs(b, xv, g, w, in, out, wshape); dw != "" {
-		return dw
+	if convForm(b) == ConvFormGEMM {
+		if dw := convWeightGradSlabs(b, xv, g, w, in, out, wshape); dw != "" {
+			return dw
+		}
 	}
 	k := len(in)
 	r := int64(k + 2)
@@ -320,14 +322,19 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 // graph): 4 MiB. maxGatherColumns bounds the gathered windows per sample
 // (input channels × kernel offsets × output positions), a transient K times
 // the input's size: 2M elements, 8 MiB in float32, the most a ResNet-50
-// layer gathers at 224². Larger windows (3-D volumes: 27 offsets) gather
-// the offsets of their trailing kernel axes only, a slab at a time
+// layer gathers at 224². Larger windows (3-D volumes: 27 offsets) take
+// one GEMM per offset on the CPU; in the gemm form (CUDA) they gather the
+// offsets of their trailing kernel axes only, a slab at a time
 // (convWeightGradSlabs): at most maxGatherSlabs offsets' windows at once,
 // and never over maxGatherSlabColumns elements per sample, which keeps
 // the gathered tensor under CUDA's 2³¹ elements up to a batch of 8.
-// Three, not nine: on the CPU the bench VQ-GAN's memory per sample was
-// 88 MB one offset at a time, 84 with three offsets a slab and 120 with
-// nine (ortrain bench --memory --case vqgan3d, this 2-core machine).
+// Three, not nine: the bench VQ-GAN's memory per sample was 88 MB one
+// offset at a time, 84 with three offsets a slab and 120 with nine
+// (ortrain bench --memory --case vqgan3d, this 2-core machine). Not on the
+// CPU: there the slabs' layout (the batch moved last) made the VQ-GAN's
+// step 5 % slower in kernel time (1,250 → 1,310 ms, its transposes
+// 46 → 264 ms); on a GPU, fewer and larger GEMMs, each reading dY once a
+// slab, are plan's prediction (−4 % for the preset), not yet measured.
 var (
 	maxGatherIndices     int64 = 1 << 20
 	maxGatherColumns     int64 = 1 << 21
