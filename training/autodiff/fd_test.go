@@ -155,11 +155,17 @@ func values(v *ort.Value) []float64 {
 // values.
 func runOutputs(t testing.TB, g *graph.Graph, feed map[string]*ort.Value) [][]float64 {
 	t.Helper()
+	return runOutputsWith(t, g, feed, ort.Options{})
+}
+
+// runOutputsWith is runOutputs in a session with opts.
+func runOutputsWith(t testing.TB, g *graph.Graph, feed map[string]*ort.Value, opts ort.Options) [][]float64 {
+	t.Helper()
 	m, err := g.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := ort.NewSessionFromBytes(m, ort.Options{})
+	sess, err := ort.NewSessionFromBytes(m, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

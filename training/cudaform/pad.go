@@ -3,6 +3,7 @@ package cudaform
 import (
 	"slices"
 
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -32,7 +33,7 @@ func SplitPads(g *graph.Graph) int {
 		for _, s := range steps {
 			// The view [everything before, axis, everything after]; the
 			// last axis alone is [everything before, 1, it].
-			view := []int64{-1, shape[s.axis], prod(shape[s.axis+1:])}
+			view := []int64{-1, shape[s.axis], dtype.Numel(shape[s.axis+1:])}
 			pads := []int64{0, s.before, 0, 0, s.after, 0}
 			switch {
 			case s.two:
@@ -125,12 +126,4 @@ func padSteps(g *graph.Graph, n *graph.Node) ([]padStep, bool) {
 // last two axes only.
 func fastPad(r int, padded []int) bool {
 	return r == 2 || (r == 3 || r == 4) && padded[0] >= r-2
-}
-
-func prod(dims []int64) int64 {
-	p := int64(1)
-	for _, d := range dims {
-		p *= d
-	}
-	return p
 }

@@ -526,14 +526,15 @@ func fusedScales(g *graph.Graph, consumers map[string][]*graph.Node, elided map[
 		t := g.Initializers[v]
 		return t != nil && graph.Numel(t) == 1 && g.Info(v).Float()
 	}
-	// back follows v up through elided Casts each read by one node.
+	// back follows v, read by one node, up through elided Casts each
+	// read by one node to what makes it.
 	back := func(v string) *graph.Node {
 		for {
+			if len(consumers[v]) != 1 {
+				return nil
+			}
 			p := producers[v]
-			if p == nil || !elided[p] || len(consumers[v]) != 1 {
-				if p != nil && len(consumers[v]) != 1 {
-					return nil
-				}
+			if p == nil || !elided[p] {
 				return p
 			}
 			v = p.Input(0)
