@@ -147,13 +147,13 @@ func TestConvFormsNodes(t *testing.T) {
 	// in-plane offsets from a depth slab where nine are allowed; one GEMM
 	// per offset where the gathered table would be too large, and in the
 	// offsets form (the CPU).
-	volume := func(f autodiff.ConvForm) map[string]int {
+	volume := func(f autodiff.ConvForm, wrt ...string) map[string]int {
 		vol := graph.New("volume", graph.EmitOpset)
 		vol.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
 		vol.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8, 3, 3, 3}})
 		b := graph.NewBuilder(vol, "fwd/")
 		y := b.Op("Conv", []string{"x", "w"}, ais("pads", s(1, 1, 1, 1, 1, 1)))
-		if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), []string{"w"}, "grad/", autodiff.Options{ConvForm: f}); err != nil {
+		if _, err := autodiff.GradientsWith(vol, b.ReduceSum(y, false), append([]string{"w"}, wrt...), "grad/", autodiff.Options{ConvForm: f}); err != nil {
 			t.Fatal(err)
 		}
 		ops := map[string]int{}
@@ -178,6 +178,11 @@ func TestConvFormsNodes(t *testing.T) {
 		t.Errorf("gemm form, 3×3×3 window over 32³, no table: %v; want 27 MatMul, no Gather", ops)
 	}
 	autodiff.SetMaxGatherIndices(old)
+	// A volume's input gradient is a Conv in the gemm form too: cuDNN's
+	// 3-D backward-data (ConvTranspose) ran slower on an H200.
+	if ops := volume(autodiff.ConvFormGEMM, "x"); ops["ConvTranspose"] != 0 || ops["Conv"] != 2 {
+		t.Errorf("gemm form, a volume's input gradient: %v; want 2 Conv (forward, input gradient), no ConvTranspose", ops)
+	}
 	if _, err := autodiff.ParseConvForm("im2col"); err == nil {
 		t.Error("an unknown form parsed")
 	}

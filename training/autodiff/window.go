@@ -26,7 +26,7 @@ func convGrad(b *B, n *N, dy []string, need []bool) []string {
 	}
 	group := n.Int("group", 1)
 	if need[0] {
-		if f := convForm(b); f == ConvFormOps || f == ConvFormGEMM && b.Info(g).DType != dtype.BFloat16 {
+		if f := convForm(b); f == ConvFormOps || f == ConvFormGEMM && b.Info(g).DType != dtype.BFloat16 && len(in) < 3 {
 			dx[0] = b.Op("ConvTranspose", []string{g, n.Inputs[1]}, windowAttrs(w, group, outputPadding(w, in, out))...)
 		} else {
 			dx[0] = convInputGrad(b, g, n.Inputs[1], w, in, out, group)

@@ -21,14 +21,27 @@ type OpTime struct {
 	Calls    float64 `json:"calls"` // per step
 }
 
+// NodeTime is one node's kernel time per step, with the shapes it wrote:
+// which layer of a model an op's time is in.
+type NodeTime struct {
+	Node   string  `json:"node"`
+	Op     string  `json:"op"`
+	MS     float64 `json:"ms"`     // per step, all its runs
+	Output string  `json:"output"` // its outputs' types and shapes, as the first run had them
+}
+
 // Profile is where a step's time goes, read from ONNX Runtime's profiles
 // of the steps after the warm-up.
 type Profile struct {
-	Steps   int      `json:"steps"`
-	MS      float64  `json:"ms"`      // kernel time per step, all ops
-	Kernels float64  `json:"kernels"` // nodes run per step
-	Ops     []OpTime `json:"ops"`     // the largest first
+	Steps   int        `json:"steps"`
+	MS      float64    `json:"ms"`      // kernel time per step, all ops
+	Kernels float64    `json:"kernels"` // nodes run per step
+	Ops     []OpTime   `json:"ops"`     // the largest first
+	Nodes   []NodeTime `json:"nodes"`   // the profileNodes largest, the largest first
 }
+
+// profileNodes is how many of the largest nodes a Profile keeps.
+const profileNodes = 12
 
 // profileEvent is what ReadProfile reads of a Chrome-trace event ONNX
 // Runtime writes: its runs ("model_run") and its nodes' kernel times.
@@ -38,9 +51,26 @@ type profileEvent struct {
 	TS   float64 `json:"ts"`
 	Dur  float64 `json:"dur"`
 	Args struct {
-		Op       string `json:"op_name"`
-		Provider string `json:"provider"`
+		Op       string          `json:"op_name"`
+		Provider string          `json:"provider"`
+		Output   json.RawMessage `json:"output_type_shape"`
 	} `json:"args"`
+}
+
+// shapes writes ONNX Runtime's output_type_shape, [{"float":[8,64,56,56]}],
+// as float[8,64,56,56]; what it cannot read as that, as it is.
+func shapes(raw json.RawMessage) string {
+	var ts []map[string][]int64
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		return string(raw)
+	}
+	var parts []string
+	for _, t := range ts {
+		for typ, dims := range t {
+			parts = append(parts, typ+strings.ReplaceAll(fmt.Sprint(dims), " ", ","))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // ReadProfile sums the kernel times of the profiles PREFIX*.json that one
@@ -56,6 +86,7 @@ func ReadProfile(prefix string, warmup, steps int) (Profile, error) {
 	}
 	p := Profile{Steps: steps}
 	ops := map[[2]string]*OpTime{}
+	nodes := map[string]*NodeTime{}
 	graphs := 0
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
@@ -90,6 +121,16 @@ func ReadProfile(prefix string, warmup, steps int) (Profile, error) {
 			}
 			o.MS += e.Dur / 1e3
 			o.Calls++
+			// Node names are unique within a graph; the file keeps
+			// the training and optimizer graphs' apart.
+			name := strings.TrimSuffix(e.Name, "_kernel_time")
+			nk := filepath.Base(f) + "\x00" + name
+			nt := nodes[nk]
+			if nt == nil {
+				nt = &NodeTime{Node: name, Op: e.Args.Op, Output: shapes(e.Args.Output)}
+				nodes[nk] = nt
+			}
+			nt.MS += e.Dur / 1e3
 		}
 	}
 	if graphs == 0 {
@@ -108,6 +149,14 @@ func ReadProfile(prefix string, warmup, steps int) (Profile, error) {
 		}
 		return p.Ops[i].Op < p.Ops[j].Op
 	})
+	for _, n := range nodes {
+		n.MS /= float64(steps)
+		p.Nodes = append(p.Nodes, *n)
+	}
+	slices.SortFunc(p.Nodes, func(a, b NodeTime) int {
+		return cmp.Or(cmp.Compare(b.MS, a.MS), cmp.Compare(a.Node, b.Node))
+	})
+	p.Nodes = p.Nodes[:min(len(p.Nodes), profileNodes)]
 	return p, nil
 }
 
@@ -140,6 +189,12 @@ func ProfileTable(w io.Writer, rs []Speed) {
 		}
 		if n := len(p.Ops) - profileRows; n > 0 {
 			fmt.Fprintf(w, "%-26s %-8s %9.2f %10.1f %5.1f%%\n", fmt.Sprintf("%d other ops", n), "", rest.MS, rest.Calls, 100*rest.MS/max(p.MS, 1e-9))
+		}
+		if len(p.Nodes) > 0 {
+			fmt.Fprintf(w, "its %d slowest nodes:\n%9s  %-22s %s\n", len(p.Nodes), "ms/step", "op", "node → output")
+			for _, n := range p.Nodes {
+				fmt.Fprintf(w, "%9.2f  %-22s %s → %s\n", n.MS, n.Op, n.Node, n.Output)
+			}
 		}
 	}
 }

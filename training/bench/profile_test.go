@@ -19,7 +19,7 @@ func writeProfile(t *testing.T, path string, runs int, nodes [][2]any) {
 		start := ts
 		for _, n := range nodes {
 			events = append(events, map[string]any{"cat": "Node", "name": n[0].(string) + "_node_kernel_time", "ts": ts, "dur": n[1],
-				"args": map[string]any{"op_name": n[0], "provider": "CUDAExecutionProvider"}})
+				"args": map[string]any{"op_name": n[0], "provider": "CUDAExecutionProvider", "output_type_shape": []map[string][]int{{"float": {8, 4}}}}})
 			ts += n[1].(float64) + 1
 		}
 		events = append(events, map[string]any{"cat": "Session", "name": "model_run", "ts": start, "dur": ts - start})
@@ -56,6 +56,12 @@ func TestReadProfile(t *testing.T) {
 		if w := want[o.Op]; math.Abs(o.MS-w[0]) > 1e-12 || o.Calls != w[1] || o.Provider != "CUDA" {
 			t.Errorf("%+v: want %v ms, %v call a step on CUDA", o, w[0], w[1])
 		}
+	}
+	// The slowest nodes, by name, with what they wrote; the eval graph's
+	// Conv (run once) is not among them.
+	if len(p.Nodes) != 3 || p.Nodes[0].Node != "Conv_node" || p.Nodes[0].Op != "Conv" || math.Abs(p.Nodes[0].MS-0.010) > 1e-12 ||
+		p.Nodes[0].Output != "float[8,4]" || p.Nodes[1].Op != "Mul" {
+		t.Errorf("nodes %+v: want Conv_node (0.010 ms, float[8,4]), then Mul's", p.Nodes)
 	}
 	// The warm-up runs count for nothing (cuDNN's algorithm search):
 	// made slow, the result is the same.
