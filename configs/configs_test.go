@@ -26,8 +26,8 @@ var presets = []struct {
 }{
 	{"vqgan3d-h200", "vqgan3d", 35e6, 37e6, 2, 8, 2, 4, 1e-4, config.BF16Mixed},
 	{"vqgan3d-4gpu", "vqgan3d", 35e6, 37e6, 1, 8, 2, 1, 1e-4, config.BF16Mixed},
-	{"bd3lm-gsm8k-h200", "bd3lm", 120e6, 125e6, 128, 4, 2, 512, 5e-4, config.BF16Mixed},
-	{"hdp-diffusion-gsm8k", "bd3lm", 120e6, 125e6, 128, 4, 2, 512, 5e-4, config.BF16Mixed},
+	{"bd3lm-gsm8k-h200", "bd3lm", 120e6, 125e6, 64, 4, 2, 512, 5e-4, config.BF16Mixed},
+	{"hdp-diffusion-gsm8k", "bd3lm", 120e6, 125e6, 64, 4, 2, 512, 5e-4, config.BF16Mixed},
 	{"resnet50-a10g-conservative", "resnet", 25_557_032, 25_557_032, 192, 8, 2, 192, 0.5 * 192 / 256, config.FP16Mixed},
 	{"resnet50-a10g-balanced", "resnet", 25_557_032, 25_557_032, 256, 12, 3, 256, 0.5, config.FP16Mixed},
 	{"resnet50-a10g-aggressive", "resnet", 25_557_032, 25_557_032, 320, 16, 4, 320, 0.5 * 320 / 256, config.FP16Mixed},
