@@ -31,11 +31,10 @@ configuration (even without data), 2 for a bad one or one train would refuse
 (a loader over data.memory_limit or, with 0, over the machine's memory; on a
 CUDA device, a tensor over 2^31 − 1 elements). With --gpu (or --step-time)
 it predicts the step's time on that GPU: each node's FLOPs and bytes at the
-batch, at its op class's efficiency (fitted on a ResNet-50 profile on an
-H200), a launch per kernel, and the host's part. Against steps measured on
-that H200 it was within 2% for ResNet-50, 17% short for the diffusion LM
-and 52% short for the 3-D VQ-GAN, whose step spends half its time outside
-its kernels.
+batch, at its op class's efficiency (fitted on profiles of ResNet-50 and
+the 3-D VQ-GAN on an H200), a launch per kernel, and the host's part.
+Against steps measured on that H200 it was 1% short for ResNet-50, 10%
+short for the diffusion LM and 2% over for the VQ-GAN.
 
 Examples:
    ortrain plan --preset vqgan3d-h200

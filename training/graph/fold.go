@@ -481,3 +481,32 @@ func foldFloatConcat(g *Graph, n *Node) (*Node, bool) {
 	t := Raw("", dt, []int64{int64(len(raw)) / size}, raw)
 	return &Node{Op: "Constant", Name: n.Name, Outputs: n.Outputs, Attrs: []*Attr{ATensor("value", t)}}, true
 }
+
+// ResolveShapeValues records the values of the shape arithmetic that the
+// inputs' sizes now determine (after a symbolic batch was given a value)
+// as partial values, which Reshape, Expand and ConstantOfShape read, and
+// infers every node again. Unlike FoldShapes it replaces no node: the
+// graph stays the one that runs. Without it a size that the batch fixes
+// only through a Shape node stays unknown, and at batch 1, where
+// broadcasting an unknown size against 1 cannot tell which it is, it
+// stays unknown downstream too.
+func (g *Graph) ResolveShapeValues() {
+	f := g.Clone()
+	f.FoldShapes()
+	if g.partial == nil {
+		g.partial = map[string][]int64{}
+	}
+	// f's partial values first: they include the stale ones g had.
+	for k, v := range f.partial {
+		g.partial[k] = v
+	}
+	for i, n := range f.Nodes {
+		if i >= len(g.Nodes) || n.Op != "Constant" || g.Nodes[i].Op == "Constant" {
+			continue
+		}
+		if v, ok := f.ConstInts(n.Outputs[0]); ok && len(f.Info(n.Outputs[0]).Shape) == 1 {
+			g.partial[n.Outputs[0]] = v
+		}
+	}
+	g.Reinfer()
+}

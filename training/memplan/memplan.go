@@ -96,7 +96,7 @@ func Concrete(g *graph.Graph, dims map[string]int64) (*graph.Graph, error) {
 		}
 		c.Infos[in] = info
 	}
-	c.Reinfer()
+	c.ResolveShapeValues()
 	return c, nil
 }
 

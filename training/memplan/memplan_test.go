@@ -43,6 +43,33 @@ func TestReplayCountsLiveValues(t *testing.T) {
 	}
 }
 
+// TestConcreteSizesFromShapes: a size the batch fixes only through a Shape
+// node (an L1 loss's gradient, Expand to Shape(x)) is known once the batch
+// is given, at batch 1 too, where broadcasting against a 1 could not tell
+// an unknown size from 1 (the VQ-GAN's gradients stayed unknown there and
+// plan priced its convolutions at a fraction of their work).
+func TestConcreteSizesFromShapes(t *testing.T) {
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 1, 4}})
+	g.Dims["x"] = []string{"batch", "", ""}
+	b := graph.NewBuilder(g, "")
+	e := b.Op("Expand", []string{b.Scalar(ort.Float32, 0.5), b.Shape("x")})
+	y := b.Mul(e, b.Op("Sign", []string{"x"}))
+	g.Outputs = []string{b.ReduceSum(y, true, 1)}
+	g.FoldShapes()
+	for _, batch := range []int64{1, 3} {
+		cg, err := memplan.Concrete(g, map[string]int64{"batch": batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{e, y, g.Outputs[0]} {
+			if info := cg.Info(v); !info.Static() || info.Shape[0] != batch {
+				t.Errorf("batch %d: %s is %v, want its batch known", batch, v, info.Shape)
+			}
+		}
+	}
+}
+
 // TestReplayPlansBuffersAsONNXRuntime: a Relu writes over its dying input;
 // a buffer whose value died stays allocated until a later value of its
 // shape that took it over dies; a Transpose read by one MatMul is folded

@@ -76,14 +76,24 @@ const (
 	classConv      = "conv"           // Conv: cuDNN forward
 	classConvT     = "conv-transpose" // ConvTranspose: cuDNN backward-data
 	classConvWgrad = "conv-wgrad"     // a Conv whose window is a gradient map: a weight gradient
-	classGEMM      = "gemm"           // MatMul, Gemm: cuBLAS
+	// the same over volumes
+	classConvWgradVolume = "conv-wgrad-volume"
+	classGEMM            = "gemm" // MatMul, Gemm: cuBLAS
+	// Conv and ConvTranspose over volumes (three spatial axes): cuDNN's
+	// NCDHW kernels, far below its 2-D rate.
+	classConvVolume = "conv-volume"
+	// A matrix product summing 2^20 or more terms into each output (a
+	// volume's weight gradient: M, N the channels, K the voxels): cuBLAS
+	// has few output tiles to spread over the GPU.
+	classGEMMLongK = "gemm-long-k"
 	classElem      = "elementwise"
 	classCast      = "cast"
 	classReduce    = "reduce"       // ONNX Runtime's own reduction kernel
 	classReduceDNN = "reduce-cudnn" // reductions cuDNN runs
 	classNorm      = "norm"         // BatchNormalization and the other normalisations
 	classTranspose = "transpose"
-	classCopy      = "copy" // Slice, Concat, Pad, Identity, Expand, Gather...
+	classCopy      = "copy" // Concat, Pad, Identity, Expand, Gather...
+	classSlice     = "slice"
 	classPool      = "pool"
 	classScatter   = "scatter"
 	classSoftmax   = "softmax"
@@ -103,8 +113,10 @@ type efficiency struct{ compute, memory, perCall float64 }
 // profile-1cb87fb.tsv, per op, less a synchronisation cost per call that
 // brings the profile's 256.4 ms to the step's 200.1 ms of device time
 // (229.6 ms measured, 29.5 on the host). For each class, the measured time
-// less LaunchSeconds per call divided into the time at the peak.
-// TestStepTimeCalibration keeps the step within 15%. Earlier profiles
+// less LaunchSeconds per call divided into the time at the peak. The
+// volumes' classes (3-D convolutions, long-K GEMMs, and Slices, which
+// ResNet-50 hardly has) on the VQ-GAN preset's profile (2549438) the same
+// way. TestStepTimeCalibration keeps each profiled step within 15%. Earlier profiles
 // timed launches that waited for the GPU rather than kernels: their
 // per-op tables put 177 ms in Conv, 15.7 ms measured synchronously.
 var efficiencies = map[string]efficiency{
@@ -113,9 +125,21 @@ var efficiencies = map[string]efficiency{
 	// The ops form's weight-gradient Conv, last profiled with launches
 	// that waited (0380ec6): not refitted.
 	classConvWgrad: {compute: 0.008, memory: 0.5},
-	classGEMM:      {compute: 0.45, memory: 0.5},
-	classElem:      {compute: 0.5, memory: 0.82},
-	classCast:      {compute: 0.5, memory: 0.88},
+	// The VQ-GAN preset's step in the ops form (batch 1, recompute blocks,
+	// 2549438's graph on an H200): 16,565 ms measured, its other kernels
+	// priced as below (2,167 ms) leave 14,398 ms to its 55 3-D weight
+	// gradients.
+	classConvWgradVolume: {compute: 0.0032, memory: 0.5},
+	classGEMM:            {compute: 0.45, memory: 0.5},
+	// Fitted on the VQ-GAN preset's synchronous profile (batch 1,
+	// bf16-mixed, ortrain 2549438, H200; testdata/profile-2549438-vqgan3d.tsv):
+	// its 111 float32 3-D Convs (TF32) took 1,189 ms, the largest 44 ms for
+	// 1.86 TFLOP (8.5% of TF32's peak), and its weight gradients' 666
+	// bfloat16 GEMMs over 2^20 to 2^23 voxels 693 ms.
+	classConvVolume: {compute: 0.08, memory: 0.5},
+	classGEMMLongK:  {compute: 0.031, memory: 0.5},
+	classElem:       {compute: 0.5, memory: 0.82},
+	classCast:       {compute: 0.5, memory: 0.88},
 	// ONNX Runtime's own reduction kernel (after cudaform.SplitReductions,
 	// every per-channel statistic): 430 calls, 28.4 ms.
 	classReduce: {compute: 0.5, memory: 0.25},
@@ -125,9 +149,13 @@ var efficiencies = map[string]efficiency{
 	classNorm:      {compute: 0.5, memory: 0.38},
 	classTranspose: {compute: 0.5, memory: 0.57},
 	classCopy:      {compute: 0.5, memory: 0.17},
-	classPool:      {compute: 0.5, memory: 0.17},
-	classScatter:   {compute: 0.5, memory: 0.091},
-	classSoftmax:   {compute: 0.5, memory: 0.5},
+	// The VQ-GAN's 709 Slices, 661 GB a step (its volumes' kernel offsets
+	// for the weight gradients), took 395 ms in the same profile: twice the
+	// copies' rate (ResNet-50's three Slices tell nothing).
+	classSlice:   {compute: 0.5, memory: 0.35},
+	classPool:    {compute: 0.5, memory: 0.17},
+	classScatter: {compute: 0.5, memory: 0.091},
+	classSoftmax: {compute: 0.5, memory: 0.5},
 }
 
 // LaunchSeconds is the time a kernel costs beyond its work: the launch
@@ -395,7 +423,7 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			c.flops, c.bytes = work(g, n, lowVal, o.low)
 			c.class = classOf(g, n)
 			c.rate = gpu.FP32
-			if c.class == classConv || c.class == classConvT || c.class == classConvWgrad || c.class == classGEMM {
+			if productClass[c.class] {
 				c.rate = productRate(g, n, gpu, o, lowVal)
 			}
 			c.seconds = kernelSeconds(c.class, c.rate, c.flops, c.bytes, gpu)
@@ -581,13 +609,22 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 		// layer's kernel is as large as; cuDNN runs it far below a
 		// forward convolution's rate.
 		if w := g.Info(n.Input(1)); n.Op == "Conv" && w.Static() && len(w.Shape) > 2 && dtype.Numel(w.Shape[2:]) > 121 {
+			if len(w.Shape) == 5 {
+				return classConvWgradVolume
+			}
 			return classConvWgrad
+		}
+		if len(g.Info(n.Input(0)).Shape) == 5 {
+			return classConvVolume
 		}
 		if n.Op == "ConvTranspose" {
 			return classConvT
 		}
 		return classConv
 	case "MatMul", "Gemm", "Einsum":
+		if a := g.Info(n.Input(0)); n.Op == "MatMul" && a.Known && len(a.Shape) > 0 && a.Shape[len(a.Shape)-1] >= 1<<20 {
+			return classGEMMLongK
+		}
 		return classGEMM
 	case "Cast":
 		return classCast
@@ -602,7 +639,9 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 		return classNorm
 	case "Transpose":
 		return classTranspose
-	case "Slice", "Concat", "Pad", "Identity", "Expand", "Gather", "GatherElements", "GatherND", "Split", "Tile", "Resize",
+	case "Slice":
+		return classSlice
+	case "Concat", "Pad", "Identity", "Expand", "Gather", "GatherElements", "GatherND", "Split", "Tile", "Resize",
 		"DepthToSpace", "SpaceToDepth", "Trilu", "ConstantOfShape":
 		return classCopy
 	case "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool":
@@ -615,10 +654,17 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 	return classElem
 }
 
+// productClass are the classes of matrix products, whose rate depends on
+// their types (productRate).
+var productClass = map[string]bool{classConv: true, classConvT: true, classConvWgrad: true, classConvWgradVolume: true, classConvVolume: true,
+	classGEMM: true, classGEMMLongK: true}
+
 // productRate is the peak FLOP/s a matrix product runs at: tensor cores
-// in float16/bfloat16, TF32 for float32 with use_tf32, else float32.
+// in float16/bfloat16, TF32 for float32 with use_tf32, else float32. A
+// product the device lacks a low-precision kernel for (lacksBF16) runs
+// float32 on rounded values.
 func productRate(g *graph.Graph, n *graph.Node, gpu GPU, o StepOptions, lowVal map[string]bool) float64 {
-	if lowVal[n.Input(0)] {
+	if lowVal[n.Input(0)] && !emulatedOn(n, o.low) {
 		return gpu.Tensor16
 	}
 	switch g.Info(n.Input(0)).DType {
@@ -707,6 +753,6 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		parts = append(parts, fmt.Sprintf("%s %.1f ms (%d)", op.Op, op.MS, op.Calls))
 	}
 	fmt.Fprintf(w, "  by op      %s\n", strings.Join(parts, ", "))
-	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on a ResNet-50 profile on an H200; measured there: ResNet-50 +2%%, the diffusion LM preset −17%%, the VQ-GAN preset −52%%, half its step outside the kernels) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
+	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50 and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −1%%, the diffusion LM preset −10%%, the VQ-GAN preset at batch 1 +2%%) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
 }

@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ortrain/ortrain/configs"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/setup"
 )
 
 // The profiles in testdata measured graphs that ortrain no longer builds
@@ -35,15 +39,34 @@ func rateOf(gpu GPU, name string) (float64, bool) {
 var placeNames = map[placement]string{onGPU: "gpu", onCPU: "cpu", elided: "elided"}
 
 // TestWriteGraphCosts writes the cost file of the artifacts in
-// $ORTRAIN_COSTS_ARTIFACTS (ResNet-50 at batch 256 on an H200's rates) to
-// $ORTRAIN_COSTS_OUT, for a graph about to be profiled; skipped without.
+// $ORTRAIN_COSTS_ARTIFACTS (or those a CUDA run of the preset
+// $ORTRAIN_COSTS_PRESET builds) at batch $ORTRAIN_COSTS_BATCH (default 256)
+// on an H200's rates to $ORTRAIN_COSTS_OUT, for a graph about to be
+// profiled; skipped without.
 func TestWriteGraphCosts(t *testing.T) {
-	dir, out := os.Getenv("ORTRAIN_COSTS_ARTIFACTS"), os.Getenv("ORTRAIN_COSTS_OUT")
-	if dir == "" || out == "" {
-		t.Skip("set ORTRAIN_COSTS_ARTIFACTS and ORTRAIN_COSTS_OUT to write a cost file")
+	dir, preset, out := os.Getenv("ORTRAIN_COSTS_ARTIFACTS"), os.Getenv("ORTRAIN_COSTS_PRESET"), os.Getenv("ORTRAIN_COSTS_OUT")
+	if dir == "" && preset == "" || out == "" {
+		t.Skip("set ORTRAIN_COSTS_ARTIFACTS or ORTRAIN_COSTS_PRESET, and ORTRAIN_COSTS_OUT, to write a cost file")
+	}
+	batch := int64(256)
+	if b := os.Getenv("ORTRAIN_COSTS_BATCH"); b != "" {
+		var err error
+		if batch, err = strconv.ParseInt(b, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if preset != "" {
+		c, err := configs.Load(preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Data.BatchSize = int(batch)
+		if dir, _, err = setup.Artifacts(c, t.TempDir(), ort.Options{Device: ort.CUDADevice(0)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	gpu := GPUs["h200"]
-	train, opt, o, err := loadStep(dir, 256, StepOptions{TF32: true})
+	train, opt, o, err := loadStep(dir, batch, StepOptions{TF32: true})
 	if err != nil {
 		t.Fatal(err)
 	}
