@@ -65,6 +65,13 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 				checkFD(t, c, uint64(i))
 			})
 		}
+		// No table at all: a volume's offsets one product each, batched
+		// over the output's depth.
+		c.conv = autodiff.ConvFormGEMM
+		t.Run("gemm-per-depth/"+c.name, func(t *testing.T) {
+			defer autodiff.SetMaxGatherIndices(autodiff.SetMaxGatherIndices(0))
+			checkFD(t, c, uint64(i))
+		})
 	}
 	if n < 2*len(convFormCases) {
 		t.Fatalf("only %d conv cases found", n)
@@ -174,8 +181,10 @@ func TestConvFormsNodes(t *testing.T) {
 		t.Errorf("offsets form, 3×3×3 window over 32³: %v; want 27 MatMul, no Gather", ops)
 	}
 	old = autodiff.SetMaxGatherIndices(0)
-	if ops := volume(autodiff.ConvFormGEMM); ops["Gather"] != 0 || ops["MatMul"] != 27 {
-		t.Errorf("gemm form, 3×3×3 window over 32³, no table: %v; want 27 MatMul, no Gather", ops)
+	// Without a table, one product per offset, each batched over the
+	// output's depth, the 27 summed over it in one ReduceSum.
+	if ops := volume(autodiff.ConvFormGEMM); ops["Gather"] != 0 || ops["MatMul"] != 27 || ops["ReduceSum"] != 1+1 || ops["Concat"] != 1 {
+		t.Errorf("gemm form, 3×3×3 window over 32³, no table: %v; want 27 MatMul, 1 Concat, 2 ReduceSum (one the loss's), no Gather", ops)
 	}
 	autodiff.SetMaxGatherIndices(old)
 	// A volume's input gradient is a Conv in the gemm form too: cuDNN's

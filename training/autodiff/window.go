@@ -265,6 +265,9 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 		if dw := convWeightGradSlabs(b, xv, g, w, in, out, wshape); dw != "" {
 			return dw
 		}
+		if dw := convWeightGradPerDepth(b, xv, g, w, in, out, wshape); dw != "" {
+			return dw
+		}
 	}
 	k := len(in)
 	r := int64(k + 2)
@@ -333,8 +336,11 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 // (ortrain bench --memory --case vqgan3d, this 2-core machine). Not on the
 // CPU: there the slabs' layout (the batch moved last) made the VQ-GAN's
 // step 5 % slower in kernel time (1,250 → 1,310 ms, its transposes
-// 46 → 264 ms); on a GPU, fewer and larger GEMMs, each reading dY once a
-// slab, are plan's prediction (−4 % for the preset), not yet measured.
+// 46 → 264 ms). On an H200 the VQ-GAN preset's weight gradients took as
+// long with slabs as one GEMM per offset (GEMMs, slices, gathers and
+// transposes 1,257 against 1,229 ms a step): both were GEMMs with a whole
+// volume as their inner dimension, which cuBLAS ran at 3% of its peak;
+// both are now batched over the depth (convWeightGradPerDepth).
 var (
 	maxGatherIndices     int64 = 1 << 20
 	maxGatherColumns     int64 = 1 << 21
@@ -402,9 +408,11 @@ func convWeightGradGather(b *B, xv, g string, w graph.WindowAttrs, in, out, wsha
 // table over the trailing axes only. A 3×3×3 window then takes nine
 // Gathers and nine GEMMs with three offsets a slab (three of each with
 // nine), not 27 Slices and 27 GEMMs each reading dY. X is laid out as
-// [C, trailing..., leading..., N], so a slab's gathered windows
-// [C, K_t, P_t, P_l, N] are the GEMM's rows as they come, against dY as
-// [P_t·P_l·N, M]. The leading axes sliced are the fewest that keep a slab
+// [lead₀, C, trailing..., lead₁..., N], so a slab's gathered windows
+// [P₀, C, K_t, P_t, P₁..., N] are a batch over the output's depth P₀ of
+// the GEMM's rows as they come, against dY as [P₀, P_t·P₁·N, M]; the
+// batch's products are summed after (depthSum), as convWeightGradPerDepth
+// does and why. The leading axes sliced are the fewest that keep a slab
 // within maxGatherSlabs offsets (or maxGatherColumns elements) and
 // maxGatherSlabColumns; "" where none does, or sizes are not static.
 func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
@@ -437,26 +445,26 @@ func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshap
 		padded[i] = in[i] + w.Pads[i] + w.Pads[k+i]
 	}
 	xv = padWindow(b, xv, w) // before the transpose: see convWeightGradGather
-	// X̄ [N, C, lead..., trail...] → [C, trail..., lead..., N] → [C, S_t, lead..., N]
-	perm, gperm := []int64{1}, []int64{}
+	// X̄ [N, C, lead..., trail...] → [lead₀, C, trail..., lead₁..., N] → [lead₀, C, S_t, lead₁..., N]
+	perm, gperm := []int64{2, 1}, []int64{2}
 	for i := j; i < k; i++ {
 		perm, gperm = append(perm, int64(2+i)), append(gperm, int64(2+i))
 	}
-	for i := range j {
+	for i := 1; i < j; i++ {
 		perm, gperm = append(perm, int64(2+i)), append(gperm, int64(2+i))
 	}
 	area := int64(1)
 	for _, p := range padded[j:] {
 		area *= p
 	}
-	xt := b.Reshape(b.Transpose(xv, append(perm, 0)...), b.Ints(append(append([]int64{c, area}, padded[:j]...), -1)...))
-	// dY [N, M, lead..., trail...] → [trail..., lead..., N, M] → [P·N, M]
-	gt := b.Reshape(b.Transpose(g, append(gperm, 0, 1)...), b.Ints(-1, m))
+	xt := b.Reshape(b.Transpose(xv, append(perm, 0)...), b.Ints(append(append([]int64{padded[0], c, area}, padded[1:j]...), -1)...))
+	// dY [N, M, lead..., trail...] → [lead₀, trail..., lead₁..., N, M] → [P₀, P'·N, M]
+	gt := b.Reshape(b.Transpose(g, append(gperm, 0, 1)...), b.Ints(out[0], -1, m))
 	trailing := graph.WindowAttrs{Kernel: w.Kernel[j:], Strides: w.Strides[j:], Dilations: w.Dilations[j:]}
 	table := gatherIndices(b, trailing, padded[j:], out[j:], kt, pt)
-	axes := make([]int64, j)
-	for i := range j {
-		axes[i] = int64(2 + i)
+	axes := []int64{0}
+	for i := 1; i < j; i++ {
+		axes = append(axes, int64(2+i))
 	}
 	var parts []string
 	offset := make([]int64, j)
@@ -472,17 +480,69 @@ func convWeightGradSlabs(b *B, xv, g string, w graph.WindowAttrs, in, out, wshap
 		if !whole {
 			slab = b.Slice(xt, starts, ends, axes, w.Strides[:j])
 		}
-		cols := b.Op("Gather", []string{slab, table}, graph.AInt("axis", 1)) // [C, K_t, P_t, lead..., N]
-		parts = append(parts, b.MatMul(b.Reshape(cols, b.Ints(c, kt, -1)), gt))
+		cols := b.Op("Gather", []string{slab, table}, graph.AInt("axis", 2)) // [P₀, C, K_t, P_t, lead₁..., N]
+		part := b.MatMul(b.Reshape(cols, b.Ints(out[0], c*kt, -1)), gt)      // [P₀, C·K_t, M]
+		parts = append(parts, b.Reshape(part, b.Ints(out[0], c, kt, m)))
 		next(offset, w.Kernel[:j])
 		if !slices.ContainsFunc(offset, func(o int64) bool { return o != 0 }) {
 			break
 		}
 	}
+	return depthSum(b, parts, wshape)
+}
+
+// convWeightGradPerDepth is the weight gradient of a volume's convolution
+// in the gemm form (CUDA) where its offsets' windows are too large to
+// gather even a slab at a time: one product per kernel offset, as in the
+// offsets form, each batched over the output's first spatial axis (the
+// depth) and summed over it after: [P₀] × ([C, N·P'] by [N·P', M]). One
+// GEMM per offset with all of a volume's voxels as its inner dimension
+// (2²³ in the VQ-GAN preset's first layers, 64 channels either side) has
+// a single output tile to spread over the GPU; on an H200 such GEMMs ran
+// at 3% of bfloat16's peak (the VQ-GAN preset's 666 took 693 ms a step).
+// X is laid out as [D, C, N, H, W] and dY as [D', N, H', W', M], so an
+// offset's strided slice is its batch of [C, N·P'] matrices as it comes.
+// "" for other windows, sizes that are not static, or one offset.
+func convWeightGradPerDepth(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	k := len(in)
+	if k != 3 || !slices.ContainsFunc(w.Kernel, func(n int64) bool { return n > 1 }) {
+		return ""
+	}
+	for i := range k {
+		if in[i] < 0 || out[i] < 0 {
+			return ""
+		}
+	}
+	c, m := wshape[1], wshape[0]
+	xt := b.Transpose(padWindow(b, xv, w), 2, 1, 0, 3, 4)                 // [D̄, C, N, H̄, W̄]
+	gt := b.Reshape(b.Transpose(g, 2, 0, 3, 4, 1), b.Ints(out[0], -1, m)) // [D', N·H'·W', M]
+	axes := []int64{0, 3, 4}
+	var parts []string
+	offset := make([]int64, k)
+	for {
+		starts, ends := make([]int64, k), make([]int64, k)
+		for i := range k {
+			starts[i] = offset[i] * w.Dilations[i]
+			ends[i] = starts[i] + w.Strides[i]*(out[i]-1) + 1
+		}
+		xs := b.Reshape(b.Slice(xt, starts, ends, axes, w.Strides), b.Ints(out[0], c, -1)) // [D', C, N·H'·W']
+		parts = append(parts, b.Reshape(b.MatMul(xs, gt), b.Ints(out[0], c, 1, m)))
+		next(offset, w.Kernel)
+		if !slices.ContainsFunc(offset, func(o int64) bool { return o != 0 }) {
+			break
+		}
+	}
+	return depthSum(b, parts, wshape)
+}
+
+// depthSum stacks the offsets' per-depth products [P₀, C, K_o, M] in W's
+// order, sums them over the depth and lays the sum out as W [M, C, k...].
+func depthSum(b *B, parts []string, wshape []int64) string {
 	dw := parts[0]
 	if len(parts) > 1 {
-		dw = b.Op("Concat", parts, graph.AInt("axis", 1)) // [C, K, M], the offsets in W's order
+		dw = b.Op("Concat", parts, graph.AInt("axis", 2)) // [P₀, C, K, M]
 	}
+	dw = b.ReduceSum(dw, false, 0) // [C, K, M]
 	return b.Reshape(b.Transpose(dw, 2, 0, 1), b.Ints(wshape...))
 }
 
