@@ -6,7 +6,7 @@
 //
 //	vqgan3d-h200            3D VQ-GAN (~36M), CT patches 256×256×128, one H200
 //	vqgan3d-4gpu            the same on 4 GPUs, batch 1 per GPU
-//	bd3lm-gsm8k-h200        BD3-LM (124M) on GSM8K, batch 128 × 4 accumulated, bf16
+//	bd3lm-gsm8k-h200        BD3-LM (124M) on GSM8K, batch 64 × 8 accumulated, bf16
 //	hdp-diffusion-gsm8k     HDP-Diffusion, 512 = 128 question + 128 plan + 256 execution
 //	resnet50-a10g-*         ResNet-50 on ImageNet, one A10G: conservative, balanced, aggressive
 //	quickstart              a small 3D VQ-GAN on synthetic phantoms on the CPU
