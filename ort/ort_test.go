@@ -507,6 +507,11 @@ func TestStagedInputReachesEveryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer y.Close()
+	// On a GPU the host side is the provider's pinned memory, which Go
+	// writes in place as any host value.
+	if err := s.PinnedErr(); err != nil || !x.Host.OnHost() {
+		t.Errorf("staged host value on %v, pinned: %v; want host memory, pinned on a GPU", x.Host.Location(), err)
+	}
 	b, err := s.NewBinding()
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,12 @@ type Session struct {
 	outputs []IOInfo
 	nodes   []NodeAssignment
 	alloc   *C.OrtAllocator  // allocates on the session's device
+	// pinned allocates page-locked host memory (the CUDA provider's), for
+	// host values copied to the device every step; pinnedErr says why
+	// there is none.
+	pinned    *C.OrtAllocator
+	pinnedMem *C.OrtMemoryInfo
+	pinnedErr error
 	devMem  *C.OrtMemoryInfo // the session's device, for BindOutputOnDevice
 	hostMem *C.OrtMemoryInfo
 	copier  *copier // CUDA only: moves values between host and device
@@ -412,7 +418,10 @@ func (s *Session) Close() {
 	if s.alloc != nil {
 		C.ortrain_release_allocator(s.alloc)
 	}
-	for _, m := range []*C.OrtMemoryInfo{s.devMem, s.hostMem} {
+	if s.pinned != nil {
+		C.ortrain_release_allocator(s.pinned)
+	}
+	for _, m := range []*C.OrtMemoryInfo{s.devMem, s.hostMem, s.pinnedMem} {
 		if m != nil {
 			C.ortrain_release_memory_info(m)
 		}

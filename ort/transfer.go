@@ -227,11 +227,22 @@ type Staged struct {
 const stagedCompareMax = 64
 
 // NewStaged allocates a zero-filled host value and a device value of the
-// given type and shape for the session.
+// given type and shape for the session. On CUDA the host value is pinned
+// (page-locked) where the provider gives such memory, so that Push copies
+// at the bus's speed rather than through the driver's bounce buffer;
+// PinnedErr says why it is not.
 func (s *Session) NewStaged(dtype DType, shape []int64) (*Staged, error) {
-	host, err := NewEmpty(dtype, shape)
-	if err != nil {
-		return nil, err
+	var host *Value
+	var err error
+	if s.opts.Device.CUDA {
+		if host, err = s.newPinned(dtype, shape); err != nil {
+			s.pinnedErr, host = err, nil
+		}
+	}
+	if host == nil {
+		if host, err = NewEmpty(dtype, shape); err != nil {
+			return nil, err
+		}
 	}
 	dev, err := s.Alloc(dtype, shape)
 	if err != nil {
@@ -247,6 +258,41 @@ func (s *Session) NewStaged(dtype DType, shape []int64) (*Staged, error) {
 	}
 	return st, nil
 }
+
+// newPinned allocates a zero-filled tensor in the CUDA provider's pinned
+// host memory.
+func (s *Session) newPinned(dtype DType, shape []int64) (*Value, error) {
+	if s.pinned == nil {
+		if s.pinnedErr != nil {
+			return nil, s.pinnedErr
+		}
+		name := C.CString("CudaPinned")
+		defer C.free(unsafe.Pointer(name))
+		// OrtMemTypeCPUOutput (-1): host memory the device writes and reads.
+		if err := check(C.ortrain_memory_info(name, C.int(s.opts.Device.ID), -1, &s.pinnedMem)); err != nil {
+			return nil, fmt.Errorf("pinned host memory: %w", err)
+		}
+		if err := check(C.ortrain_create_allocator(s.p, s.pinnedMem, &s.pinned)); err != nil {
+			return nil, fmt.Errorf("pinned host memory: %w", err)
+		}
+	}
+	v, err := newValue(s.pinned, dtype, shape)
+	if err != nil {
+		return nil, fmt.Errorf("pinned host memory: %w", err)
+	}
+	if !v.OnHost() {
+		v.Close()
+		return nil, fmt.Errorf("pinned host memory: ONNX Runtime gave a tensor on %v", v.loc)
+	}
+	if b := v.hostBytes(); len(b) > 0 {
+		C.memset(unsafe.Pointer(&b[0]), 0, C.size_t(len(b)))
+	}
+	return v, nil
+}
+
+// PinnedErr says why the session's staged host values are not pinned:
+// nil where they are, or on the CPU, where there is no copy.
+func (s *Session) PinnedErr() error { return s.pinnedErr }
 
 // Push copies the host value to the device; a small value that has not
 // changed since the last Push is not copied again.

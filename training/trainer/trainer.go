@@ -153,6 +153,9 @@ func New(o Options) (t *Trainer, err error) {
 	if t.eng, err = openEngine(o.Artifacts, m, o.Session, c.Data.Feeds); err != nil {
 		return t, err
 	}
+	if err := t.eng.train.PinnedErr(); err != nil && o.Progress != nil {
+		fmt.Fprintf(o.Progress, "ortrain: each step's inputs are copied to the GPU from pageable host memory, more slowly than from pinned: %v\n", err)
+	}
 	// GPU ranks sum gradients with NCCL on the device; the comm joins
 	// after ONNX Runtime has made the GPU's context current.
 	if o.Comm != nil && o.Session.Device.CUDA {
