@@ -26,16 +26,16 @@ type Session struct {
 	inputs  []IOInfo
 	outputs []IOInfo
 	nodes   []NodeAssignment
-	alloc   *C.OrtAllocator  // allocates on the session's device
+	alloc   *C.OrtAllocator // allocates on the session's device
 	// pinned allocates page-locked host memory (the CUDA provider's), for
 	// host values copied to the device every step; pinnedErr says why
 	// there is none.
 	pinned    *C.OrtAllocator
 	pinnedMem *C.OrtMemoryInfo
 	pinnedErr error
-	devMem  *C.OrtMemoryInfo // the session's device, for BindOutputOnDevice
-	hostMem *C.OrtMemoryInfo
-	copier  *copier // CUDA only: moves values between host and device
+	devMem    *C.OrtMemoryInfo // the session's device, for BindOutputOnDevice
+	hostMem   *C.OrtMemoryInfo
+	copier    *copier // CUDA only: moves values between host and device
 }
 
 // IOInfo describes one input or output of a session.
