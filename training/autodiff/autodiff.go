@@ -179,6 +179,8 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		return s
 	}
 	prod := g.Producers()
+	consumers := g.Consumers() // the forward graph's, before the backward's reads
+	g.TraceDims()              // for softmaxRowDots' batch axes, through the Casts autocast added
 	readers, outputs := readerCounts(g)
 	for _, n := range path { // reverse topological order
 		dy := make([]string, len(n.Outputs))
@@ -203,6 +205,12 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		need := make([]bool, len(n.Inputs))
 		for i, in := range n.Inputs {
 			need[i] = in != "" && active[in] && reach[in]
+		}
+		if n.Op == "Softmax" && need[0] && dy[0] != "" {
+			if d := softmaxRowDots(b, g, n, consumers, readers, outputs, total); d != "" {
+				grads[x(n)] = append(grads[x(n)], b.Mul(y(n), b.Sub(dy[0], d)))
+				continue
+			}
 		}
 		dx := ruleFor(n)(b, n, dy, need)
 		if b.Err != nil {

@@ -59,6 +59,18 @@ var moreCases = []fdCase{
 		causal := boolConst(b, s(3, 3), true, false, false, true, true, false, true, true, true)
 		return b.Softmax(b.Where(causal, x[0], b.Scalar(f64, -1e9)), -1)
 	}},
+	// Attention's probabilities times V: the softmax gradient's row sums
+	// taken from O and its gradient (softmaxRowDots); V broadcast over
+	// the heads; P broadcast over V's batch, where they are not.
+	{name: "Softmax/into-MatMul", dtype: f64, ins: ins(normal, s(2, 3, 4, 5), s(2, 3, 5, 2)), build: func(b *graph.Builder, x []string) string {
+		return b.MatMul(b.Softmax(x[0], -1), x[1])
+	}},
+	{name: "Softmax/into-MatMul-V-broadcast", dtype: f64, ins: ins(normal, s(2, 3, 4, 5), s(2, 1, 5, 2)), build: func(b *graph.Builder, x []string) string {
+		return b.MatMul(b.Softmax(x[0], -1), x[1])
+	}},
+	{name: "Softmax/into-MatMul-P-broadcast", dtype: f64, ins: ins(normal, s(1, 3, 4, 5), s(2, 3, 5, 2)), build: func(b *graph.Builder, x []string) string {
+		return b.MatMul(b.Softmax(x[0], -1), x[1])
+	}},
 	{name: "Clip/consts", dtype: f64, ins: ins(away, s(3, 4)), build: func(b *graph.Builder, x []string) string {
 		return b.Op("Clip", []string{x[0], b.Scalar(f64, -0.5), b.Scalar(f64, 0.6)})
 	}},

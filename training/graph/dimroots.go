@@ -115,6 +115,10 @@ func (g *Graph) traceDims(n *Node) {
 			from(a, n.Input(0), 0)
 		case n.Op == "MatMul" && xi.Rank() == len(oi.Shape) && a < len(oi.Shape)-1 && g.Infos[n.Input(1)].Rank() == 2:
 			from(a, n.Input(0), a)
+		case n.Op == "MatMul" && a < len(oi.Shape)-2 && xi.Rank() >= 2 && g.Infos[n.Input(1)].Rank() >= 2:
+			// A batch axis of a batched product: the operands' batch
+			// axes broadcast as an element-wise op's do.
+			g.broadcastRoot(n, roots, a)
 		case n.Op == "Concat" || n.Op == "Split":
 			if ax, ok := normAxis(n.Int("axis", 0), len(oi.Shape)); ok && int(ax) != a && xi.Rank() == len(oi.Shape) {
 				from(a, n.Input(0), a)
@@ -229,4 +233,27 @@ func (g *Graph) reshapeInferred(xv string, x Info, target []int64, neg int, allo
 		right = slices.Delete(right, i, i+1)
 	}
 	return num / den, true
+}
+
+// SameDim reports whether dimension ai of a and dimension bi of b are
+// certainly the same size: equal static sizes, or unknown sizes traced to
+// one root (the batch of a model's input, say).
+func (g *Graph) SameDim(a string, ai int, b string, bi int) bool {
+	x, y := g.Info(a), g.Info(b)
+	if !x.Known || !y.Known || ai < 0 || bi < 0 || ai >= len(x.Shape) || bi >= len(y.Shape) {
+		return false
+	}
+	if x.Shape[ai] >= 0 || y.Shape[bi] >= 0 {
+		return x.Shape[ai] == y.Shape[bi]
+	}
+	return g.root(a, ai) == g.root(b, bi)
+}
+
+// TraceDims traces the unknown dimensions of every node's output again, in
+// order: after a pass added nodes (mixed precision's Casts) that FoldShapes
+// never saw.
+func (g *Graph) TraceDims() {
+	for _, n := range g.Nodes {
+		g.traceDims(n)
+	}
 }

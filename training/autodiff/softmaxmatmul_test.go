@@ -1,0 +1,55 @@
+package autodiff_test
+
+import (
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// TestSoftmaxRowDotsFromOutput: the gradient of attention's softmax takes
+// its row sums from O = P·V and O's gradient, [B, H, L, d], not from the
+// [B, H, L, L] product of P and its gradient; with the batch unknown too,
+// where P's and V's batch trace to the one input. A softmax read by
+// something else as well keeps the product.
+func TestSoftmaxRowDotsFromOutput(t *testing.T) {
+	build := func(extraReader bool) map[int64]int {
+		g := graph.New("attn", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 16, 8}})
+		g.Dims["x"] = []string{"batch", "", ""}
+		b := graph.NewBuilder(g, "fwd/")
+		heads := func(w string) string {
+			return b.Transpose(b.Reshape(b.MatMul("x", w), b.Ints(0, 16, 2, 4)), 0, 2, 1, 3) // [B, 2, 16, 4]
+		}
+		param := func(name string) string {
+			g.AddInput(name, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8}})
+			return name
+		}
+		q, k, v := heads(param("wq")), heads(param("wk")), heads(param("wv"))
+		p := b.Softmax(b.MatMul(q, b.Transpose(k, 0, 1, 3, 2)), -1) // [B, 2, 16, 16]
+		loss := b.ReduceSum(b.MatMul(p, v), false)
+		if extraReader {
+			loss = b.Add(loss, b.ReduceSum(p, false))
+		}
+		g.FoldShapes()
+		if _, err := autodiff.GradientsWith(g, loss, []string{"wq", "wk", "wv"}, "grad/", autodiff.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		sums := map[int64]int{} // ReduceSums in the backward by their input's last size
+		for _, n := range g.Nodes {
+			if n.Op == "ReduceSum" && n.Name != "" && len(n.Name) > 5 && n.Name[:5] == "grad/" {
+				if in := g.Info(n.Inputs[0]); in.Rank() == 4 {
+					sums[in.Shape[3]]++
+				}
+			}
+		}
+		return sums
+	}
+	if sums := build(false); sums[4] != 1 || sums[16] != 0 {
+		t.Errorf("attention's softmax row sums over inputs of last size %v; want one over O's 4, none over P's 16", sums)
+	}
+	if sums := build(true); sums[16] != 1 {
+		t.Errorf("softmax read twice: row sums over inputs of last size %v; want the product's, over 16", sums)
+	}
+}
