@@ -180,7 +180,6 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 	}
 	prod := g.Producers()
 	consumers := g.Consumers() // the forward graph's, before the backward's reads
-	g.TraceDims()              // for softmaxRowDots' batch axes, through the Casts autocast added
 	readers, outputs := readerCounts(g)
 	for _, n := range path { // reverse topological order
 		dy := make([]string, len(n.Outputs))

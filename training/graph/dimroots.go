@@ -236,8 +236,9 @@ func (g *Graph) reshapeInferred(xv string, x Info, target []int64, neg int, allo
 }
 
 // SameDim reports whether dimension ai of a and dimension bi of b are
-// certainly the same size: equal static sizes, or unknown sizes traced to
-// one root (the batch of a model's input, say).
+// certainly the same size: equal static sizes, or unknown sizes with one
+// root (DimRoot: the batch of a model's input, say, followed through the
+// Casts mixed precision adds after the dimensions were traced).
 func (g *Graph) SameDim(a string, ai int, b string, bi int) bool {
 	x, y := g.Info(a), g.Info(b)
 	if !x.Known || !y.Known || ai < 0 || bi < 0 || ai >= len(x.Shape) || bi >= len(y.Shape) {
@@ -246,14 +247,7 @@ func (g *Graph) SameDim(a string, ai int, b string, bi int) bool {
 	if x.Shape[ai] >= 0 || y.Shape[bi] >= 0 {
 		return x.Shape[ai] == y.Shape[bi]
 	}
-	return g.root(a, ai) == g.root(b, bi)
-}
-
-// TraceDims traces the unknown dimensions of every node's output again, in
-// order: after a pass added nodes (mixed precision's Casts) that FoldShapes
-// never saw.
-func (g *Graph) TraceDims() {
-	for _, n := range g.Nodes {
-		g.traceDims(n)
-	}
+	av, aa := g.DimRoot(a, ai)
+	bv, ba := g.DimRoot(b, bi)
+	return av == bv && aa == ba
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/setup"
 )
 
@@ -248,5 +250,26 @@ func TestLookupGPU(t *testing.T) {
 		if g := DefaultGPU(name); g.Name != want {
 			t.Errorf("%s: %s, want %s", name, g.Name, want)
 		}
+	}
+}
+
+// TestResNet50Nodes keeps ResNet-50's step (resnet50-a10g-balanced as
+// train builds it for the CPU: fp16 mixed, SGD with momentum) from growing
+// back: every node is at least a kernel launch on a GPU (#31). 2,777
+// nodes at 6ef4c4c and since; re-tracing dimensions after autocast once
+// made each BatchNorm layer read the batch size on its own, 198 more.
+func TestResNet50Nodes(t *testing.T) {
+	dir := resnet50(t, false)
+	total := 0
+	for _, f := range []string{artifacts.TrainingFile, artifacts.OptimizerFile} {
+		g, err := graph.Load(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(g.Nodes)
+	}
+	t.Logf("ResNet-50 fp16 SGD step: %d nodes", total)
+	if total > 2800 {
+		t.Errorf("ResNet-50's training and optimizer graphs have %d nodes, over 2,800 (2,777 at 6ef4c4c)", total)
 	}
 }
