@@ -38,8 +38,9 @@ throughput over the twin's. --size small (the default on the CPU) runs the
 cases at sizes a 2-core machine measures in minutes; --size users (the
 default on a GPU) at the presets' models and batches. --profile trains each
 case once more under ONNX Runtime's profiler and prints where its measured
-steps go: kernel time per step by op (on a GPU with synchronous launches,
-so that each node's time is its own kernels').
+steps go: kernel time per step by op, and the slowest nodes with the
+shapes they wrote (on a GPU with synchronous launches, so that each node's
+time is its own kernels').
 
 --memory: runs each case for --steps steps at two batch sizes, each in its
 own process, and reads each process's peak resident memory and the step's
