@@ -73,18 +73,15 @@ func DefaultGPU(name string) GPU {
 // Op classes of the step-time model: each has its own efficiency, the
 // fraction of the peak its kernels reach.
 const (
-	classConv      = "conv"           // Conv: cuDNN forward
-	classConvT     = "conv-transpose" // ConvTranspose: cuDNN backward-data
-	classConvWgrad = "conv-wgrad"     // a Conv whose window is a gradient map: a weight gradient
-	// the same over volumes
-	classConvWgradVolume = "conv-wgrad-volume"
-	classGEMM            = "gemm" // MatMul, Gemm: cuBLAS
-	// Conv and ConvTranspose over volumes (three spatial axes): cuDNN's
-	// NCDHW kernels, far below its 2-D rate.
-	classConvVolume = "conv-volume"
-	// A matrix product summing 2^20 or more terms into each output (a
-	// volume's weight gradient: M, N the channels, K the voxels): cuBLAS
-	// has few output tiles to spread over the GPU.
+	classConv            = "conv"              // Conv: cuDNN forward
+	classConvT           = "conv-transpose"    // ConvTranspose: cuDNN backward-data
+	classConvWgrad       = "conv-wgrad"        // a Conv whose window is a gradient map: a weight gradient
+	classConvWgradVolume = "conv-wgrad-volume" // the same over volumes
+	classConvVolume      = "conv-volume"       // Conv, ConvTranspose over volumes: cuDNN's NCDHW kernels
+	classGEMM            = "gemm"              // MatMul, Gemm: cuBLAS
+	// A MatMul summing 2^20 or more terms into each output (a volume's
+	// weight gradient: M, N the channels, K the voxels): cuBLAS has few
+	// output tiles to spread over the GPU.
 	classGEMMLongK = "gemm-long-k"
 	classElem      = "elementwise"
 	classCast      = "cast"
@@ -92,8 +89,8 @@ const (
 	classReduceDNN = "reduce-cudnn" // reductions cuDNN runs
 	classNorm      = "norm"         // BatchNormalization and the other normalisations
 	classTranspose = "transpose"
-	classCopy      = "copy" // Concat, Pad, Identity, Expand, Gather...
-	classSlice     = "slice"
+	classCopy      = "copy"  // Concat, Pad, Identity, Expand, Gather...
+	classSlice     = "slice" // strided copies
 	classPool      = "pool"
 	classScatter   = "scatter"
 	classSoftmax   = "softmax"
@@ -115,10 +112,11 @@ type efficiency struct{ compute, memory, perCall float64 }
 // (229.6 ms measured, 29.5 on the host). For each class, the measured time
 // less LaunchSeconds per call divided into the time at the peak. The
 // volumes' classes (3-D convolutions, long-K GEMMs, and Slices, which
-// ResNet-50 hardly has) on the VQ-GAN preset's profile (2549438) the same
-// way. TestStepTimeCalibration keeps each profiled step within 15%. Earlier profiles
-// timed launches that waited for the GPU rather than kernels: their
-// per-op tables put 177 ms in Conv, 15.7 ms measured synchronously.
+// ResNet-50 hardly has) were fitted the same way on the VQ-GAN preset's
+// profile (2549438). TestStepTimeCalibration keeps each profiled step
+// within 15%. Earlier profiles timed launches that waited for the GPU
+// rather than kernels: their per-op tables put 177 ms in Conv, 15.7 ms
+// measured synchronously.
 var efficiencies = map[string]efficiency{
 	classConv:  {compute: 0.18, memory: 0.5},
 	classConvT: {compute: 0.19, memory: 0.5},
