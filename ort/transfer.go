@@ -275,6 +275,11 @@ func (s *Session) newPinned(dtype DType, shape []int64) (*Value, error) {
 		if err := check(C.ortrain_create_allocator(s.p, s.pinnedMem, &s.pinned)); err != nil {
 			return nil, fmt.Errorf("pinned host memory: %w", err)
 		}
+		if err := s.probePinned(); err != nil {
+			C.ortrain_release_allocator(s.pinned)
+			s.pinned = nil
+			return nil, fmt.Errorf("pinned host memory: %w", err)
+		}
 	}
 	v, err := newValue(s.pinned, dtype, shape)
 	if err != nil {
@@ -288,6 +293,32 @@ func (s *Session) newPinned(dtype DType, shape []int64) (*Value, error) {
 		C.memset(unsafe.Pointer(&b[0]), 0, C.size_t(len(b)))
 	}
 	return v, nil
+}
+
+// probePinned copies a pinned value to the device and back once, before
+// any batch relies on the route.
+func (s *Session) probePinned() error {
+	v, err := newValue(s.pinned, Float32, []int64{4})
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	want := []float32{1, -2, 3.5, 1e-3}
+	copy(Data[float32](v), want)
+	dev, err := s.Upload(v)
+	if err != nil {
+		return fmt.Errorf("copy to the device: %w", err)
+	}
+	defer dev.Close()
+	back, err := s.Download(dev)
+	if err != nil {
+		return fmt.Errorf("copy back: %w", err)
+	}
+	defer back.Close()
+	if got := Data[float32](back); !slices.Equal(got, want) {
+		return fmt.Errorf("a copy to the device and back gave %v, not %v", got, want)
+	}
+	return nil
 }
 
 // PinnedErr says why the session's staged host values are not pinned:
