@@ -12,7 +12,7 @@ import "github.com/ortrain/ortrain/training/graph"
 // P may reach the MatMul through Casts (mixed precision's rounding to
 // the product's type): the sums are then those of the rounded P, which
 // the product read, rather than of P, a difference of the rounding's
-// order. "" where the pattern does not hold or O has no gradient.
+// order; they are formed in P's type. "" where the pattern does not hold or O has no gradient.
 func softmaxRowDots(b *B, g *graph.Graph, n *graph.Node, consumers map[string][]*graph.Node, readers map[string]int, outputs map[string]bool, grad func(string) string) string {
 	p := n.Outputs[0]
 	if n.Domain != "" {
@@ -51,6 +51,16 @@ func softmaxRowDots(b *B, g *graph.Graph, n *graph.Node, consumers map[string][]
 	do := grad(o)
 	if do == "" {
 		return ""
+	}
+	// In P's type (float32 under autocast, whose product writes O in the
+	// low type): the sums then match dP's type, and the products are not
+	// rounded to the low type before they are added.
+	dt := g.Info(p).DType
+	if g.Info(o).DType != dt {
+		o = b.Cast(o, dt)
+	}
+	if g.Info(do).DType != dt {
+		do = b.Cast(do, dt)
 	}
 	return b.ReduceSum(b.Mul(do, o), true, -1)
 }

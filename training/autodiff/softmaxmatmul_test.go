@@ -53,3 +53,39 @@ func TestSoftmaxRowDotsFromOutput(t *testing.T) {
 		t.Errorf("softmax read twice: row sums over inputs of last size %v; want the product's, over 16", sums)
 	}
 }
+
+// TestSoftmaxRowDotsTyped: with the product in bfloat16, as a GPU build's
+// autocast writes it (P float32, rounded for the MatMul; O bfloat16), the
+// row sums are formed in float32 and every element-wise node of the
+// backward reads operands of one type (ONNX Runtime refuses mixed ones).
+func TestSoftmaxRowDotsTyped(t *testing.T) {
+	g := graph.New("attn", graph.EmitOpset)
+	g.AddInput("s", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 4, 5}})
+	g.AddInput("v", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 5, 2}})
+	b := graph.NewBuilder(g, "fwd/")
+	p := b.Softmax("s", -1)
+	o := b.MatMul(b.Cast(p, dtype.BFloat16), b.Cast("v", dtype.BFloat16))
+	loss := b.ReduceSum(b.Cast(o, dtype.Float32), false)
+	if _, err := autodiff.GradientsWith(g, loss, []string{"s", "v"}, "grad/", autodiff.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	dots := false
+	for _, n := range g.Nodes {
+		switch n.Op {
+		case "Add", "Sub", "Mul", "Div":
+			if a, c := g.Info(n.Inputs[0]).DType, g.Info(n.Inputs[1]).DType; a != c {
+				t.Errorf("%s reads %v and %v", n.Describe(), a, c)
+			}
+		case "ReduceSum":
+			if in := g.Info(n.Inputs[0]); in.Rank() == 4 && in.Shape[3] == 2 {
+				dots = true
+				if in.DType != dtype.Float32 {
+					t.Errorf("row sums over O formed in %v, want float32", in.DType)
+				}
+			}
+		}
+	}
+	if !dots {
+		t.Error("the softmax's row sums were not taken from O")
+	}
+}
