@@ -54,9 +54,10 @@ type Options struct {
 	// Precision (--precision) is the low precision of mixed-precision
 	// training, dtype.BFloat16 or dtype.Float16; zero is float32 throughout.
 	// Probe says which kernels the target device has (required with a
-	// low precision).
+	// low precision): a *precision.Probe, or in tests a table standing in
+	// for a device this machine lacks.
 	Precision dtype.DType
-	Probe     *precision.Probe
+	Probe     KernelProbe
 	// InputShapes (--input-shape NAME=D1xD2x...) fixes the sizes of the
 	// model's inputs, -1 keeping a dimension free: rules that need static
 	// sizes (Conv, Slice, Resize in exported attention and U-Nets) then
@@ -72,6 +73,12 @@ type Options struct {
 	// Seed (the run's seed, config seed) seeds the training graph's random
 	// nodes (Dropout, RandomNormal...); see Manifest.RandomSeed.
 	Seed int64
+}
+
+// KernelProbe tells Autocast which ops the target device runs in a low
+// precision (precision.Probe asks ONNX Runtime).
+type KernelProbe interface {
+	Kernels(g *graph.Graph) precision.Kernels
 }
 
 // Error is a build request ortrain rejects.
