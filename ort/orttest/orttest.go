@@ -6,6 +6,7 @@ package orttest
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
@@ -41,6 +42,36 @@ func Device(tb testing.TB) ort.Device {
 		tb.Fatal(err)
 	}
 	return d
+}
+
+// Model is a graph RunFloat32 can run: what marshals to an ONNX model.
+type Model interface {
+	Marshal() ([]byte, error)
+}
+
+// RunFloat32 runs m once on ONNX Runtime's CPU provider and returns the
+// named float32 outputs as Go slices, failing the test on any error.
+func RunFloat32(tb testing.TB, m Model, feed map[string]*ort.Value, outputs ...string) [][]float32 {
+	tb.Helper()
+	model, err := m.Marshal()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := ort.NewSessionFromBytes(model, ort.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer s.Close()
+	outs, err := s.Run(feed, outputs...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	vals := make([][]float32, len(outs))
+	for i, o := range outs {
+		vals[i] = slices.Clone(ort.Data[float32](o))
+		o.Close()
+	}
+	return vals
 }
 
 func moduleRoot() string {

@@ -61,25 +61,7 @@ func randomFeed(t *testing.T, r *rand.Rand, shapes map[string][]int64) map[strin
 // run runs g on the CPU provider and returns its outputs.
 func run(t *testing.T, g *graph.Graph, feed map[string]*ort.Value) [][]float32 {
 	t.Helper()
-	m, err := g.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ort.NewSessionFromBytes(m, ort.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	outs, err := s.Run(feed, g.Outputs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vals [][]float32
-	for _, o := range outs {
-		vals = append(vals, slices.Clone(ort.Data[float32](o)))
-		o.Close()
-	}
-	return vals
+	return orttest.RunFloat32(t, g, feed, g.Outputs...)
 }
 
 // TestSplitReductions: the per-channel reductions of a large tensor become

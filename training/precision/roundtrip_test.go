@@ -3,7 +3,6 @@ package precision
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -99,23 +98,5 @@ func TestDropExactRoundTrips(t *testing.T) {
 // outputs.
 func runOnCPU(t *testing.T, g *graph.Graph, feed map[string]*ort.Value) [][]float32 {
 	t.Helper()
-	m, err := g.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ort.NewSessionFromBytes(m, ort.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	outs, err := s.Run(feed, g.Outputs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vals [][]float32
-	for _, o := range outs {
-		vals = append(vals, slices.Clone(ort.Data[float32](o)))
-		o.Close()
-	}
-	return vals
+	return orttest.RunFloat32(t, g, feed, g.Outputs...)
 }
