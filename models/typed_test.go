@@ -1,12 +1,15 @@
 package models_test
 
 import (
+	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/models"
 	"github.com/ortrain/ortrain/models/internal/steptest"
+	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/graph"
@@ -14,15 +17,15 @@ import (
 )
 
 // cudaLikeKernels stands in for a GPU's kernel probe on a machine without
-// one: every op runs in the low type but Conv and ConvTranspose in
-// bfloat16, which ONNX Runtime's CUDA provider lacks. The graphs built
+// one: every op runs in the low type but Conv, ConvTranspose and
+// BatchNormalization in bfloat16, which ONNX Runtime's CUDA provider lacks. The graphs built
 // with it are typed as a GPU build types them (products in the low type,
 // no emulating Casts), which the CPU's own builds never are.
 type cudaLikeKernels struct{}
 
 func (cudaLikeKernels) Kernels(*graph.Graph) precision.Kernels {
 	return func(n *graph.Node, dt dtype.DType) bool {
-		return dt != dtype.BFloat16 || n.Op != "Conv" && n.Op != "ConvTranspose"
+		return dt != dtype.BFloat16 || n.Op != "Conv" && n.Op != "ConvTranspose" && n.Op != "BatchNormalization"
 	}
 }
 
@@ -32,6 +35,7 @@ var sameTypeOps = map[string][]int{
 	"Add": {0, 1}, "Sub": {0, 1}, "Mul": {0, 1}, "Div": {0, 1}, "MatMul": {0, 1}, "Gemm": {0, 1, 2},
 	"Where": {1, 2}, "Max": nil, "Min": nil, "Sum": nil, "Mean": nil, "Concat": nil,
 	"Conv": {0, 1, 2}, "ConvTranspose": {0, 1, 2}, "LayerNormalization": {0, 1, 2},
+	"BatchNormalization": {0, 1, 2, 3, 4}, // one T in the CUDA provider's kernels
 }
 
 // TestTypedGPUBuilds: each recipe's artifacts built as for a GPU in
@@ -103,4 +107,101 @@ func TestTypedGPUBuilds(t *testing.T) {
 			})
 		}
 	}
+}
+
+// noLowBatchNorm is cudaLikeKernels without a float16 BatchNormalization:
+// the graphs keep each BatchNorm in float32 between Casts.
+type noLowBatchNorm struct{}
+
+func (noLowBatchNorm) Kernels(g *graph.Graph) precision.Kernels {
+	k := cudaLikeKernels{}.Kernels(g)
+	return func(n *graph.Node, dt dtype.DType) bool { return n.Op != "BatchNormalization" && k(n, dt) }
+}
+
+// TestLowBatchNormStep: a ResNet's 16-mixed step built as for CUDA, where
+// BatchNorm runs in float16 (precision.LowBatchNorms), against the same
+// step with every BatchNorm in float32 between Casts, both run on the CPU
+// provider: the loss, the eval loss and every gradient agree, so the
+// rewired nodes read the values they replace (swapping two of a
+// BatchNorm's inputs fails it by 300%). The CPU computes a float16 node it
+// lacks in float32 and drops the Cast pairs that then meet, so it cannot
+// show the rounding the GPU's kernel adds (the per-channel inputs' and the
+// output's, about one float16 rounding of the output): the training
+// step's figures come out equal, the eval graph's (whose running
+// statistics are cast together, through a Split) to 4e-5.
+func TestLowBatchNormStep(t *testing.T) {
+	params := map[string]any{"depth": 18, "width": 4, "image_size": 32, "classes": 3, "label_smoothing": 0}
+	var runs [2]*steptest.Runner
+	var lows [2]int
+	for i, probe := range []artifacts.KernelProbe{noLowBatchNorm{}, cudaLikeKernels{}} {
+		m, err := models.Build("resnet", params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, CUDA: true,
+			ConvForm: autodiff.ConvFormGEMM, Precision: dtype.Float16, Probe: probe})
+		for _, f := range []string{artifacts.TrainingFile, artifacts.EvalFile} {
+			g, err := graph.Load(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range g.Nodes {
+				if n.Op == "BatchNormalization" && g.Info(n.Input(0)).DType == dtype.Float16 {
+					lows[i]++
+				}
+			}
+		}
+		runs[i] = steptest.Open(t, dir)
+	}
+	if lows[0] != 0 || lows[1] == 0 {
+		t.Fatalf("float16 BatchNorms: %d without the kernel, %d with it", lows[0], lows[1])
+	}
+	feeds := map[string]*ort.Value{}
+	for _, d := range runs[0].M.Data {
+		shape := slices.Clone(d.Shape)
+		shape[0] = 4
+		switch d.DType {
+		case "float32":
+			v := make([]float32, ort.Numel(shape))
+			for k := range v {
+				v[k] = float32(math.Sin(float64(k)*0.37)) * 2
+			}
+			feeds[d.Name], _ = ort.NewTensor(shape, v)
+		case "int64":
+			v := make([]int64, ort.Numel(shape))
+			for k := range v {
+				v[k] = int64(k % 3)
+			}
+			feeds[d.Name], _ = ort.NewTensor(shape, v)
+		default:
+			t.Fatalf("data input %s: %s", d.Name, d.DType)
+		}
+		defer feeds[d.Name].Close()
+	}
+	scale, _ := ort.NewScalar(float32(1))
+	defer scale.Close()
+	feeds[runs[0].M.LossScaleInput] = scale
+	var loss, eval [2]float64
+	for i, r := range runs {
+		loss[i] = r.Backward(feeds)
+		eval[i] = r.Eval(feeds)
+	}
+	t.Logf("loss %.6f / %.6f, eval loss %.6f / %.6f (float32 BatchNorms / float16)", loss[0], loss[1], eval[0], eval[1])
+	for _, pair := range [][2]float64{loss, eval} {
+		if math.Abs(pair[0]-pair[1]) > 5e-3*math.Abs(pair[0]) {
+			t.Errorf("losses %v differ by more than float16's rounding", pair)
+		}
+	}
+	worst, worstName := 0.0, ""
+	for _, p := range runs[0].M.Params {
+		a, b := runs[0].State("grad."+p.Name), runs[1].State("grad."+p.Name)
+		e := diffNorm(a, b) / max(norm(a), 1e-6)
+		if e > worst {
+			worst, worstName = e, p.Name
+		}
+		if e > 2e-2 {
+			t.Errorf("gradient of %s: relative L2 difference %.2e (norm %.3g)", p.Name, e, norm(a))
+		}
+	}
+	t.Logf("largest relative L2 difference of a gradient: %.2e (%s)", worst, worstName)
 }

@@ -262,6 +262,15 @@ func Build(opts Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Precision != 0 {
+		// On the finished graphs: the pattern is autocast's, differentiated
+		// and recomputed, and its float32 copy is what the backward reads.
+		for _, gr := range []*graph.Graph{train, eval} {
+			if precision.LowBatchNorms(gr, opts.Precision, opts.Probe.Kernels(gr)) > 0 {
+				gr.Prune()
+			}
+		}
+	}
 	cfg := opts.Optimizer
 	if cfg.Kind == "" {
 		cfg.Kind = optim.AdamW

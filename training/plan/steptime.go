@@ -88,6 +88,7 @@ const (
 	classReduce    = "reduce"       // ONNX Runtime's own reduction kernel
 	classReduceDNN = "reduce-cudnn" // reductions cuDNN runs
 	classNorm      = "norm"         // BatchNormalization and the other normalisations
+	classNormLow   = "norm-float16" // a float16 BatchNormalization (precision.LowBatchNorms)
 	classTranspose = "transpose"
 	classCopy      = "copy"  // Concat, Pad, Identity, Expand, Gather...
 	classSlice     = "slice" // strided copies
@@ -145,6 +146,12 @@ var efficiencies = map[string]efficiency{
 	// ms for 822 MB) in 2d1aa0c's synchronous profile.
 	classReduceDNN: {compute: 0.5, memory: 0.046},
 	classNorm:      {compute: 0.5, memory: 0.38},
+	// Not yet profiled: priced at the float32 kernel's rates, plus the
+	// four Casts of the per-channel inputs to float32 the CUDA provider
+	// launches for cuDNN. A graph built emulated (on a CPU) also lacks the per-layer
+	// Casts of the batch mean and variance to float16 that the device's
+	// build has (about 1 ms in ResNet-50's step, not priced).
+	classNormLow:   {compute: 0.5, memory: 0.38, perCall: 4 * LaunchSeconds},
 	classTranspose: {compute: 0.5, memory: 0.57},
 	classCopy:      {compute: 0.5, memory: 0.17},
 	// The VQ-GAN's 709 Slices, 661 GB a step (its volumes' kernel offsets
@@ -424,6 +431,9 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			if productClass[c.class] {
 				c.rate = productRate(g, n, gpu, o, lowVal)
 			}
+			if c.class == classNorm && n.Op == "BatchNormalization" && (lowVal[n.Output(0)] || g.Info(n.Input(0)).DType == dtype.Float16) {
+				c.class = classNormLow
+			}
 			c.seconds = kernelSeconds(c.class, c.rate, c.flops, c.bytes, gpu)
 		}
 		out = append(out, c)
@@ -449,14 +459,30 @@ func emulatedOn(n *graph.Node, low dtype.DType) bool {
 // type. A product reads and writes the low type; a Follow op whose float
 // activations are all low (or float32 copies of low values) runs low; a
 // Cast to float32 of a low value is a kernel only where a float32 op reads
-// it; a Cast to the low type of a low value is none. Graphs built with the
+// it; a Cast to the low type of a low value is none; a float16 BatchNorm
+// between such Casts reads and writes the low type (as
+// precision.LowBatchNorms builds it for the device). Graphs built with the
 // kernels have their types already and pass through unchanged.
 func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal map[string]bool, elide map[*graph.Node]bool) {
 	lowVal, elide = map[string]bool{}, map[*graph.Node]bool{}
 	if low == 0 {
 		return lowVal, elide
 	}
-	consumers := g.Consumers()
+	consumers, producers := g.Consumers(), g.Producers()
+	outputs := map[string]bool{}
+	for _, o := range g.Outputs {
+		outputs[o] = true
+	}
+	// lowBN: a BatchNormalization precision.LowBatchNorms gives the low
+	// type on the device (float16 only: the CUDA provider has no bfloat16
+	// BatchNorm), reading the low value its float32 copy was made from.
+	lowBN := func(n *graph.Node) bool {
+		if low != dtype.Float16 {
+			return false
+		}
+		_, readers, ok := precision.LowBatchNorm(g, producers, consumers, outputs, n)
+		return ok && dtype.DType(readers[0].Int("to", 0)) == low
+	}
 	activation := map[string]bool{}
 	for v := range data {
 		activation[v] = true
@@ -484,10 +510,12 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				lowVal[n.Outputs[0]], up[n.Outputs[0]] = true, true
 				needed := false
 				for _, r := range consumers[n.Outputs[0]] {
-					needed = needed || precision.ClassOf(r) == precision.FP32 || emulatedOn(r, low)
+					needed = needed || (precision.ClassOf(r) == precision.FP32 && !lowBN(r)) || emulatedOn(r, low)
 				}
 				elide[n] = !needed
 			}
+		case n.Op == "BatchNormalization" && up[n.Input(0)] && lowBN(n):
+			lowVal[n.Outputs[0]] = true
 		case precision.ClassOf(n) == precision.Low:
 			for _, o := range n.Outputs {
 				lowVal[o] = g.Info(o).Float() && !emulatedOn(n, low)

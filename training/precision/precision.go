@@ -82,7 +82,9 @@ var followOps = map[string]bool{
 // residual Add after it run (and are kept for the backward). In float16
 // only: ONNX Runtime's CUDA comparison kernels (Greater, which a ReLU's
 // gradient reads) have no bfloat16 one, so in bfloat16 the output stays
-// float32, as before.
+// float32, as before. Where the device has a float16 BatchNorm kernel, the
+// finished graphs' BatchNorms read and write float16 themselves
+// (LowBatchNorms).
 var outputsInputType = map[string]bool{"BatchNormalization": true, graph.BatchNormTrainingOp: true}
 
 // ClassOf returns n's class.
