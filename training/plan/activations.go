@@ -28,8 +28,10 @@ type Activations struct {
 	// not grow with the batch.
 	OptimizerBytes int64 `json:"optimizer_bytes"`
 	PerSample      int64 `json:"per_sample_bytes"`
-	// InputBytes is the batch; StateBytes the training state as the engine
-	// allocates it (parameters, accumulators, optimizer states, buffers).
+	// InputBytes is the batch, twice: the trainer loads the next one
+	// beside the one a step reads. StateBytes is the training state as the
+	// engine allocates it (parameters, accumulators, optimizer states,
+	// buffers).
 	InputBytes int64 `json:"input_bytes"`
 	StateBytes int64 `json:"state_bytes"`
 	// TotalBytes adds them up.
@@ -131,7 +133,7 @@ func (p *Plan) MeasureActivations(c *config.Config, session ort.Options, o Memor
 	}
 	peak := r.StepPeak(shared)
 	a := &Activations{Batch: batch, Recompute: c.Model.Recompute, PeakBytes: peak, PerSample: peak / max(batch, 1), OptimizerBytes: r.Optimizer,
-		InputBytes: r.Inputs, StateBytes: r.State, Emulated: m.Precision.EmulatedNodes > 0, shared: shared}
+		InputBytes: 2 * r.Inputs, StateBytes: r.State, Emulated: m.Precision.EmulatedNodes > 0, shared: shared}
 	if a.Recompute == "" {
 		a.Recompute = "cheap"
 	}
@@ -211,7 +213,7 @@ func (a *Activations) fit(dir string, deviceBytes int64, device string) error {
 		if a.Probe != nil {
 			peak = a.Probe.Calibrate(peak)
 		}
-		total[b] = peak + r.Inputs + a.StateBytes
+		total[b] = peak + 2*r.Inputs + a.StateBytes // two batches, as InputBytes
 		return total[b], nil
 	}
 	f := &Fit{DeviceBytes: deviceBytes, Device: device}

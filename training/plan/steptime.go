@@ -178,7 +178,10 @@ const CPUNodeSeconds = 10e-6
 // batch, outside ONNX Runtime's runs (filling and binding the batch, the
 // step's scalars, the loss read back): 29.5 ms for ResNet-50's batch of
 // 256 float32 224² images and labels (ortrain bench on an H200, 1cb87fb),
-// taken as proportional to the batch's bytes.
+// taken as proportional to the batch's bytes. Measured before the batch
+// was staged in pinned memory and loaded beside the step before it (the
+// trainer's aheadLoader): the part the step still waits for is yet to be
+// measured, and until then the prediction adds all of it.
 const HostSecondsPerByte = 29.5e-3 / (256 * (3*224*224*4 + 8))
 
 // StepTime is a training step's predicted time on a GPU.

@@ -1086,9 +1086,11 @@ func (e *engine) close() {
 	for _, v := range append(append(e.frozen, e.outputs...), e.kept...) {
 		v.Close()
 	}
-	for _, st := range append(e.inputs, append(e.trainData.vals, e.evalData.vals...)...) {
+	for _, st := range e.inputs {
 		st.Close()
 	}
+	e.trainData.close()
+	e.evalData.close()
 	for _, s := range []*ort.Session{e.train, e.op, e.eval} {
 		if s != nil {
 			s.Close()
@@ -1097,18 +1099,26 @@ func (e *engine) close() {
 }
 
 // stage holds a graph's data inputs: host tensors a batch is copied into
-// and the device tensors they are pushed to, which the bindings read. They
-// are made and bound once; new ones only when a batch's shape changes (the
+// and the device tensors they are pushed to, which the bindings read. It
+// has two slots of them, so that the training loop loads the next batch
+// into one while the graph reads the other (Trainer.ahead); a slot's
+// tensors are made once, and again only when a batch's shape changes (the
 // short last batch of an epoch).
 type stage struct {
 	s      *ort.Session
 	names  []string // the graph's data inputs, in manifest order
 	dtypes []ort.DType
-	vals   []*ort.Staged
-	raw    [][]byte // host views of vals
-	src    []int    // index of each input's tensor in the batch; -1 until resolved
-	feeds  data.Feeds
-	copies *sync.WaitGroup // copyParallel's, for every step
+	slots  [2][]*ort.Staged
+	raw    [2][][]byte // host views of slots
+	// stale are a slot's tensors replaced by a new shape, closed once the
+	// bindings read the new ones.
+	stale [2][]*ort.Staged
+	bound int   // the slot the bindings read; -1 before the first batch
+	src   []int // index of each input's tensor in the batch; -1 until resolved
+	feeds data.Feeds
+	// copies is copyParallel's, for every batch; one slot is filled at a
+	// time.
+	copies *sync.WaitGroup
 }
 
 func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, error) {
@@ -1116,7 +1126,7 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 	for _, in := range s.Inputs() {
 		inputs[in.Name] = true
 	}
-	st := stage{s: s, feeds: feeds, copies: new(sync.WaitGroup)}
+	st := stage{s: s, feeds: feeds, copies: new(sync.WaitGroup), bound: -1}
 	for _, d := range m.Data {
 		if !inputs[d.Name] {
 			continue // e.g. an eval graph that does not take the target
@@ -1128,8 +1138,10 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 		st.names = append(st.names, d.Name)
 		st.dtypes = append(st.dtypes, dt)
 	}
-	st.vals = make([]*ort.Staged, len(st.names))
-	st.raw = make([][]byte, len(st.names))
+	for k := range st.slots {
+		st.slots[k] = make([]*ort.Staged, len(st.names))
+		st.raw[k] = make([][]byte, len(st.names))
+	}
 	st.src = make([]int, len(st.names))
 	for i := range st.src {
 		st.src[i] = -1
@@ -1137,22 +1149,35 @@ func newStage(s *ort.Session, m *artifacts.Manifest, feeds data.Feeds) (stage, e
 	return st, nil
 }
 
-// load copies batch b to the device, rebinding the inputs in bs when
-// their shape changed. It returns the number of samples.
-// bindCurrent binds the data inputs staged last to a binding made after
-// them.
+// bindCurrent binds the data inputs of the slot the other bindings read
+// to a binding made after them.
 func (st *stage) bindCurrent(b *ort.Binding) error {
+	if st.bound < 0 {
+		return nil
+	}
 	for i, name := range st.names {
-		if v := st.vals[i]; v != nil {
-			if err := b.BindInput(name, v.Device); err != nil {
-				return fmt.Errorf("data input %s: %w", name, err)
-			}
+		if err := b.BindInput(name, st.slots[st.bound][i].Device); err != nil {
+			return fmt.Errorf("data input %s: %w", name, err)
 		}
 	}
 	return nil
 }
 
+// load copies batch b to the device and binds it to the bindings in bs,
+// through slot 0: for a graph whose batches are not loaded ahead. It
+// returns the number of samples.
 func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
+	rows, err := st.fill(0, b)
+	if err != nil {
+		return 0, err
+	}
+	return rows, st.bind(0, bs)
+}
+
+// fill copies batch b into slot k's host tensors and pushes them to its
+// device tensors, which no running graph may read. It may run beside a
+// run that reads the other slot. It returns the number of samples.
+func (st *stage) fill(k int, b *data.Batch) (int, error) {
 	rows := 0
 	for i, name := range st.names {
 		if st.src[i] < 0 {
@@ -1164,38 +1189,66 @@ func (st *stage) load(b *data.Batch, bs []*ort.Binding) (int, error) {
 		if len(t.Shape) > 0 {
 			rows = t.Shape[0]
 		}
-		v := st.vals[i]
+		v := st.slots[k][i]
 		if v == nil || !sameDims(v.Host.Shape(), t.Shape) {
 			shape := make([]int64, len(t.Shape))
-			for k, d := range t.Shape {
-				shape[k] = int64(d)
+			for d, n := range t.Shape {
+				shape[d] = int64(n)
 			}
 			nv, err := st.s.NewStaged(st.dtypes[i], shape)
 			if err != nil {
 				return 0, fmt.Errorf("data input %s%v: %w", name, shape, err)
 			}
-			for _, bd := range bs {
-				if err := bd.BindInput(name, nv.Device); err != nil {
-					nv.Close()
-					return 0, fmt.Errorf("data input %s%v: %w", name, shape, err)
-				}
+			if v != nil {
+				st.stale[k] = append(st.stale[k], v)
 			}
-			v.Close()
-			st.vals[i], st.raw[i] = nv, hostBytes(nv.Host)
+			st.slots[k][i], st.raw[k][i] = nv, hostBytes(nv.Host)
+			if st.bound == k {
+				st.bound = -2 // the bindings read replaced tensors: bind again
+			}
 		}
 		switch t.DType {
 		case data.Float32:
-			copyParallel(st.copies, st.raw[i], asBytes(t.F32))
+			copyParallel(st.copies, st.raw[k][i], asBytes(t.F32))
 		case data.Int64:
-			copyParallel(st.copies, st.raw[i], asBytes(t.I64))
+			copyParallel(st.copies, st.raw[k][i], asBytes(t.I64))
 		case data.Uint8:
-			copyParallel(st.copies, st.raw[i], t.U8)
+			copyParallel(st.copies, st.raw[k][i], t.U8)
 		}
-		if err := st.vals[i].Push(); err != nil {
+		if err := st.slots[k][i].Push(); err != nil {
 			return 0, fmt.Errorf("data input %s: %w", name, err)
 		}
 	}
 	return rows, nil
+}
+
+// bind makes the bindings in bs read slot k, and closes the tensors a new
+// shape replaced.
+func (st *stage) bind(k int, bs []*ort.Binding) error {
+	if st.bound != k {
+		for i, name := range st.names {
+			for _, bd := range bs {
+				if err := bd.BindInput(name, st.slots[k][i].Device); err != nil {
+					return fmt.Errorf("data input %s: %w", name, err)
+				}
+			}
+		}
+		st.bound = k
+	}
+	for _, v := range st.stale[k] {
+		v.Close()
+	}
+	st.stale[k] = nil
+	return nil
+}
+
+// close releases both slots.
+func (st *stage) close() {
+	for k := range st.slots {
+		for _, v := range append(st.slots[k], st.stale[k]...) {
+			v.Close()
+		}
+	}
 }
 
 // resolve finds the batch tensor that feeds input i and checks its type.

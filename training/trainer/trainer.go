@@ -110,6 +110,10 @@ type Trainer struct {
 	modelHash   string   // checkpoint.State.ModelHash
 	classes     []string // the training set's class folders, when it has them
 
+	// ahead loads the next training micro-batch into the spare slot while
+	// the current one runs.
+	ahead aheadLoader
+
 	// changeSeen: an update at lr > 0 was seen to change the weights
 	// (checked once, at the first such update of the process).
 	changeSeen bool
@@ -426,15 +430,19 @@ func (t *Trainer) step(ctx context.Context) (callback.StepResult, error) {
 			t.cursor = begin
 			return r, errStepAbandoned
 		}
-		b, err := t.train.Next()
-		if err != nil {
-			return r, &DataError{Err: err, cursor: begin}
+		a, blocked := t.takeAhead()
+		if a.loadErr != nil {
+			return r, &DataError{Err: a.loadErr, cursor: begin}
 		}
-		epoch = b.Epoch()
-		rows, err := t.eng.trainData.load(b, t.eng.allTrain)
-		if err != nil {
+		if a.err != nil {
+			return r, a.err
+		}
+		if err := t.eng.trainData.bind(a.slot, t.eng.allTrain); err != nil {
 			return r, err
 		}
+		// The next micro-batch loads while this one runs.
+		t.fetchAhead(1 - a.slot)
+		epoch = a.epoch
 		loss, err := t.eng.forward(k == 0, t.state.Step)
 		if err != nil {
 			return r, err
@@ -446,15 +454,18 @@ func (t *Trainer) step(ctx context.Context) (callback.StepResult, error) {
 		for i, v := range t.eng.terms {
 			t.terms[i] += float64(v[0]) / float64(t.accum)
 		}
-		r.Samples += int64(rows)
-		r.Tokens += realTokens(b, rows, t.tokens)
-		r.Positions += int64(rows) * t.tokens
-		r.DataWait += b.Wait
-		if b.Skipped > 0 {
-			t.skippedBad += int64(b.Skipped)
+		r.Samples += int64(a.rows)
+		r.Tokens += a.tokens
+		r.Positions += int64(a.rows) * t.tokens
+		// Waiting for the loader counts as data wait as far as it was not
+		// hidden behind the run before; the rest of the time blocked was
+		// the staging's.
+		r.DataWait += min(blocked, a.wait)
+		if a.skipped > 0 {
+			t.skippedBad += int64(a.skipped)
 		}
 		ok = ok && finite(loss)
-		t.cursor = b.Cursor
+		t.cursor = a.cursor
 	}
 	if t.comm != nil {
 		var err error
@@ -866,8 +877,83 @@ func realTokens(b *data.Batch, rows int, seqLen int64) int64 {
 // run stops when it skipped every step it had.
 const maxSkipsInARow = 100
 
+// aheadBatch is a training micro-batch loaded into a slot of the training
+// graph's stage (stage.fill), with what the step records of it: the batch
+// itself goes back to the loader at its next Next.
+type aheadBatch struct {
+	slot    int
+	rows    int
+	tokens  int64 // realTokens
+	epoch   int
+	cursor  data.Cursor
+	wait    time.Duration // in the loader
+	skipped int
+	loadErr error // the loader's (a DataError)
+	err     error // the staging's
+}
+
+// aheadLoader takes the next batch from the training loader and stages it
+// into a slot on a goroutine of its own, beside the training run that
+// reads the other slot: on a GPU the batch's copies (to pinned memory, then
+// to the device) overlap the step rather than precede it. The loader and
+// the slot are the goroutine's from fetchAhead until takeAhead returns;
+// the data position (Trainer.cursor) moves only when a step takes the
+// batch, so a run that stops with a batch ahead checkpoints and resumes
+// before it. One goroutine and two reused results: a step allocates
+// nothing.
+type aheadLoader struct {
+	req     chan int
+	done    chan *aheadBatch
+	res     [2]aheadBatch
+	pending bool
+}
+
+// fetchAhead starts loading the next batch into slot k.
+func (t *Trainer) fetchAhead(k int) {
+	al := &t.ahead
+	if al.req == nil {
+		al.req, al.done = make(chan int), make(chan *aheadBatch)
+		go func() {
+			for k := range al.req {
+				a := &al.res[k]
+				*a = aheadBatch{slot: k}
+				if b, err := t.train.Next(); err != nil {
+					a.loadErr = err
+				} else if a.rows, a.err = t.eng.trainData.fill(k, b); a.err == nil {
+					a.tokens = realTokens(b, a.rows, t.tokens)
+					a.epoch, a.cursor, a.wait, a.skipped = b.Epoch(), b.Cursor, b.Wait, b.Skipped
+				}
+				al.done <- a
+			}
+		}()
+	}
+	al.req <- k
+	al.pending = true
+}
+
+// takeAhead returns the batch loaded ahead, waiting for it (loading one
+// now if none is), and how long it waited.
+func (t *Trainer) takeAhead() (*aheadBatch, time.Duration) {
+	if !t.ahead.pending {
+		t.fetchAhead(max(t.eng.trainData.bound, 0))
+	}
+	start := time.Now()
+	a := <-t.ahead.done
+	t.ahead.pending = false
+	return a, time.Since(start)
+}
+
 // Close releases the device state, the loaders and the telemetry sampler.
 func (t *Trainer) Close() error {
+	if t.ahead.pending {
+		// Its goroutine uses the loader and the engine.
+		<-t.ahead.done
+		t.ahead.pending = false
+	}
+	if t.ahead.req != nil {
+		close(t.ahead.req)
+		t.ahead.req = nil
+	}
 	if t.train != nil {
 		t.train.Close()
 	}
