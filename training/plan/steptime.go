@@ -209,6 +209,23 @@ type StepTime struct {
 	Elided   int `json:"elided"`
 	// Ops is the predicted time by op type, the largest first.
 	Ops []OpTime `json:"ops"`
+	// Float16 is the same step in 16-mixed, for a bf16-mixed one with
+	// convolutions (PredictStep); nil otherwise.
+	Float16 *StepTime `json:"float16,omitempty"`
+}
+
+// convs sums the step's Conv and ConvTranspose ops.
+func (st *StepTime) convs() (sum struct {
+	calls int
+	ms    float64
+}) {
+	for _, op := range st.Ops {
+		if op.Op == "Conv" || op.Op == "ConvTranspose" {
+			sum.calls += op.Calls
+			sum.ms += op.MS
+		}
+	}
+	return sum
 }
 
 // OpTime is one op type's predicted share of a step.
@@ -782,6 +799,11 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		parts = append(parts, fmt.Sprintf("%s %.1f ms (%d)", op.Op, op.MS, op.Calls))
 	}
 	fmt.Fprintf(w, "  by op      %s\n", strings.Join(parts, ", "))
+	if f := st.Float16; f != nil {
+		c, c16 := st.convs(), f.convs()
+		fmt.Fprintf(w, "  16-mixed   %.1f ms per step (%s%%): ONNX Runtime's CUDA provider has no bfloat16 Conv or ConvTranspose, so bf16-mixed runs the step's %d convolutions in float32 with TF32 (%.1f ms), 16-mixed in float16 (%.1f ms); --set trainer.precision=16-mixed, which adds dynamic loss scaling\n",
+			f.StepMS, strings.Replace(fmt.Sprintf("%+.0f", 100*(f.StepMS/st.StepMS-1)), "-", "−", 1), c.calls, c.ms, c16.ms)
+	}
 	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50 and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −1%%, the diffusion LM preset −10%%, the VQ-GAN preset at batch 1 +2%%) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
 }

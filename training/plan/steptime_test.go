@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/setup"
@@ -271,5 +272,40 @@ func TestResNet50Nodes(t *testing.T) {
 	t.Logf("ResNet-50 fp16 SGD step: %d nodes", total)
 	if total > 2800 {
 		t.Errorf("ResNet-50's training and optimizer graphs have %d nodes, over 2,800 (2,777 at 6ef4c4c)", total)
+	}
+}
+
+// TestPredictStepFloat16: a bf16-mixed plan of a convolutional model comes
+// with the 16-mixed step (the CUDA provider's Conv has no bfloat16
+// kernel), faster in its convolutions, and says so; a 16-mixed plan, or a
+// model without convolutions, comes without.
+func TestPredictStepFloat16(t *testing.T) {
+	orttest.Init(t)
+	gpu := GPUs["h200"]
+	for _, tc := range []struct {
+		preset string
+		set    []string
+		want   bool
+	}{
+		{"resnet50-a10g-balanced", []string{"trainer.precision=\"bf16-mixed\""}, true},
+		{"resnet50-a10g-balanced", nil, false}, // 16-mixed already
+		{"bd3lm-gsm8k-h200", nil, false},       // bf16-mixed, no convolutions
+	} {
+		c, _ := preset(t, tc.preset, append(tc.set, "data.batch_size=8", "trainer.device=\"cuda:0\"")...)
+		st, err := PredictStep(c, gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (st.Float16 != nil) != tc.want {
+			t.Fatalf("%s %v: 16-mixed step %v, want one: %v", tc.preset, tc.set, st.Float16 != nil, tc.want)
+		}
+		var text strings.Builder
+		st.WriteText(&text, 6)
+		if strings.Contains(text.String(), "16-mixed   ") != tc.want {
+			t.Errorf("%s %v: the text's 16-mixed row, want one: %v:\n%s", tc.preset, tc.set, tc.want, text.String())
+		}
+		if f := st.Float16; f != nil && (f.Float16 != nil || f.convs().ms >= st.convs().ms) {
+			t.Errorf("convolutions %.1f ms in bf16-mixed, %.1f in 16-mixed", st.convs().ms, f.convs().ms)
+		}
 	}
 }
