@@ -109,99 +109,131 @@ func TestTypedGPUBuilds(t *testing.T) {
 	}
 }
 
-// noLowBatchNorm is cudaLikeKernels without a float16 BatchNormalization:
-// the graphs keep each BatchNorm in float32 between Casts.
-type noLowBatchNorm struct{}
+// without is cudaLikeKernels without a low-precision kernel for op: the
+// graphs keep such a node in float32 between Casts.
+type without struct{ op string }
 
-func (noLowBatchNorm) Kernels(g *graph.Graph) precision.Kernels {
+func (w without) Kernels(g *graph.Graph) precision.Kernels {
 	k := cudaLikeKernels{}.Kernels(g)
-	return func(n *graph.Node, dt dtype.DType) bool { return n.Op != "BatchNormalization" && k(n, dt) }
+	return func(n *graph.Node, dt dtype.DType) bool { return n.Op != w.op && k(n, dt) }
 }
 
-// TestLowBatchNormStep: a ResNet's 16-mixed step built as for CUDA, where
-// BatchNorm runs in float16 (precision.LowBatchNorms), against the same
-// step with every BatchNorm in float32 between Casts, both run on the CPU
-// provider: the loss, the eval loss and every gradient agree, so the
-// rewired nodes read the values they replace (swapping two of a
-// BatchNorm's inputs fails it by 300%). The CPU computes a float16 node it
-// lacks in float32 and drops the Cast pairs that then meet, so it cannot
-// show the rounding the GPU's kernel adds (the per-channel inputs' and the
-// output's, about one float16 rounding of the output): the training
-// step's figures come out equal, the eval graph's (whose running
-// statistics are cast together, through a Split) to 4e-5.
-func TestLowBatchNormStep(t *testing.T) {
-	params := map[string]any{"depth": 18, "width": 4, "image_size": 32, "classes": 3, "label_smoothing": 0}
-	var runs [2]*steptest.Runner
-	var lows [2]int
-	for i, probe := range []artifacts.KernelProbe{noLowBatchNorm{}, cudaLikeKernels{}} {
-		m, err := models.Build("resnet", params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, CUDA: true,
-			ConvForm: autodiff.ConvFormGEMM, Precision: dtype.Float16, Probe: probe})
-		for _, f := range []string{artifacts.TrainingFile, artifacts.EvalFile} {
-			g, err := graph.Load(filepath.Join(dir, f))
-			if err != nil {
-				t.Fatal(err)
+// TestLowPrecisionNodesStep: a step built as for CUDA, where BatchNorm
+// (a ResNet in 16-mixed, precision.LowBatchNorms) or attention's Softmax
+// (the diffusion LM, precision.LowSoftmaxes; in float16, since the CPU
+// has no bfloat16 MatMul to run the rest with) runs in the low type, against the same step with those nodes in float32 between Casts,
+// both run on the CPU provider: the loss, the eval loss and every gradient
+// agree, so the rewired nodes read the values they replace (swapping two
+// of a BatchNorm's inputs fails it by 300%). The CPU computes a low node
+// it lacks in float32 and drops the Cast pairs that then meet, so it
+// cannot show the rounding the GPU's kernel adds (about one low rounding
+// of the output, which the product after it read anyway): most figures
+// come out equal. The eval graphs are rewritten too.
+func TestLowPrecisionNodesStep(t *testing.T) {
+	for _, tc := range []struct {
+		recipe string
+		params map[string]any
+		low    dtype.DType
+		op     string
+	}{
+		{"resnet", map[string]any{"depth": 18, "width": 4, "image_size": 32, "classes": 3, "label_smoothing": 0}, dtype.Float16, "BatchNormalization"},
+		{"bd3lm", map[string]any{"vocab": 10, "mask_token": 9, "hidden": 8, "layers": 2, "heads": 2, "seq_len": 4, "block_size": 2}, dtype.Float16, "Softmax"},
+	} {
+		t.Run(tc.recipe, func(t *testing.T) {
+			var runs [2]*steptest.Runner
+			var lows [2]int
+			for i, probe := range []artifacts.KernelProbe{without{tc.op}, cudaLikeKernels{}} {
+				m, err := models.Build(tc.recipe, tc.params)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, CUDA: true,
+					ConvForm: autodiff.ConvFormGEMM, Precision: tc.low, Probe: probe})
+				for _, f := range []string{artifacts.TrainingFile, artifacts.EvalFile} {
+					g, err := graph.Load(filepath.Join(dir, f))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, n := range g.Nodes {
+						if n.Op == tc.op && g.Info(n.Input(0)).DType == tc.low {
+							lows[i]++
+						}
+					}
+				}
+				runs[i] = steptest.Open(t, dir)
 			}
-			for _, n := range g.Nodes {
-				if n.Op == "BatchNormalization" && g.Info(n.Input(0)).DType == dtype.Float16 {
-					lows[i]++
+			if lows[0] != 0 || lows[1] == 0 {
+				t.Fatalf("%s nodes in %v: %d without the kernel, %d with it", tc.op, tc.low, lows[0], lows[1])
+			}
+			feeds := map[string]*ort.Value{}
+			for _, d := range runs[0].M.Data {
+				shape := slices.Clone(d.Shape)
+				for k, n := range shape {
+					if n < 0 {
+						shape[k] = 4
+					}
+				}
+				var v *ort.Value
+				switch d.DType {
+				case "float32": // images; the LM's diffusion times, in (0, 1]
+					x := make([]float32, ort.Numel(shape))
+					for k := range x {
+						x[k] = 0.55 + 0.45*float32(math.Sin(float64(k)*0.37))
+					}
+					v, _ = ort.NewTensor(shape, x)
+				case "int64": // classes; tokens, every third of the noisy ones the mask
+					x := make([]int64, ort.Numel(shape))
+					for k := range x {
+						x[k] = int64(k % 3)
+						if d.Name == "noisy_ids" && k%3 == 0 {
+							x[k] = int64(tc.params["mask_token"].(int))
+						}
+					}
+					v, _ = ort.NewTensor(shape, x)
+				case "uint8", "bool":
+					x := make([]uint8, ort.Numel(shape))
+					for k := range x {
+						x[k] = uint8(k % 2)
+					}
+					dt := ort.Uint8
+					if d.DType == "bool" {
+						dt = ort.Bool
+					}
+					v, _ = ort.NewTensorFromBytes(dt, shape, x)
+				default:
+					t.Fatalf("data input %s: %s", d.Name, d.DType)
+				}
+				feeds[d.Name] = v
+				defer v.Close()
+			}
+			if name := runs[0].M.LossScaleInput; name != "" {
+				scale, _ := ort.NewScalar(float32(1))
+				defer scale.Close()
+				feeds[name] = scale
+			}
+			var loss, eval [2]float64
+			for i, r := range runs {
+				loss[i] = r.Backward(feeds)
+				eval[i] = r.Eval(feeds)
+			}
+			t.Logf("loss %.7f / %.7f, eval loss %.7f / %.7f (float32 %s / %v)", loss[0], loss[1], eval[0], eval[1], tc.op, tc.low)
+			for _, pair := range [][2]float64{loss, eval} {
+				if !(math.Abs(pair[0]-pair[1]) <= 5e-3*math.Abs(pair[0])) { // NaN fails too
+					t.Errorf("losses %v differ by more than a low rounding", pair)
 				}
 			}
-		}
-		runs[i] = steptest.Open(t, dir)
-	}
-	if lows[0] != 0 || lows[1] == 0 {
-		t.Fatalf("float16 BatchNorms: %d without the kernel, %d with it", lows[0], lows[1])
-	}
-	feeds := map[string]*ort.Value{}
-	for _, d := range runs[0].M.Data {
-		shape := slices.Clone(d.Shape)
-		shape[0] = 4
-		switch d.DType {
-		case "float32":
-			v := make([]float32, ort.Numel(shape))
-			for k := range v {
-				v[k] = float32(math.Sin(float64(k)*0.37)) * 2
+			worst, worstName := 0.0, ""
+			for _, p := range runs[0].M.Params {
+				a, b := runs[0].State("grad."+p.Name), runs[1].State("grad."+p.Name)
+				e := diffNorm(a, b) / max(norm(a), 1e-6)
+				if e > worst {
+					worst, worstName = e, p.Name
+				}
+				if !(e <= 2e-2) {
+					t.Errorf("gradient of %s: relative L2 difference %.2e (norm %.3g)", p.Name, e, norm(a))
+				}
 			}
-			feeds[d.Name], _ = ort.NewTensor(shape, v)
-		case "int64":
-			v := make([]int64, ort.Numel(shape))
-			for k := range v {
-				v[k] = int64(k % 3)
-			}
-			feeds[d.Name], _ = ort.NewTensor(shape, v)
-		default:
-			t.Fatalf("data input %s: %s", d.Name, d.DType)
-		}
-		defer feeds[d.Name].Close()
+			t.Logf("largest relative L2 difference of a gradient: %.2e %s", worst, worstName)
+		})
 	}
-	scale, _ := ort.NewScalar(float32(1))
-	defer scale.Close()
-	feeds[runs[0].M.LossScaleInput] = scale
-	var loss, eval [2]float64
-	for i, r := range runs {
-		loss[i] = r.Backward(feeds)
-		eval[i] = r.Eval(feeds)
-	}
-	t.Logf("loss %.6f / %.6f, eval loss %.6f / %.6f (float32 BatchNorms / float16)", loss[0], loss[1], eval[0], eval[1])
-	for _, pair := range [][2]float64{loss, eval} {
-		if math.Abs(pair[0]-pair[1]) > 5e-3*math.Abs(pair[0]) {
-			t.Errorf("losses %v differ by more than float16's rounding", pair)
-		}
-	}
-	worst, worstName := 0.0, ""
-	for _, p := range runs[0].M.Params {
-		a, b := runs[0].State("grad."+p.Name), runs[1].State("grad."+p.Name)
-		e := diffNorm(a, b) / max(norm(a), 1e-6)
-		if e > worst {
-			worst, worstName = e, p.Name
-		}
-		if e > 2e-2 {
-			t.Errorf("gradient of %s: relative L2 difference %.2e (norm %.3g)", p.Name, e, norm(a))
-		}
-	}
-	t.Logf("largest relative L2 difference of a gradient: %.2e (%s)", worst, worstName)
 }

@@ -263,10 +263,12 @@ func Build(opts Options) (*Manifest, error) {
 		return nil, err
 	}
 	if opts.Precision != 0 {
-		// On the finished graphs: the pattern is autocast's, differentiated
-		// and recomputed, and its float32 copy is what the backward reads.
+		// On the finished graphs: the patterns are autocast's, differentiated
+		// and recomputed, and what the backward reads is their float32
+		// values.
 		for _, gr := range []*graph.Graph{train, eval} {
-			if precision.LowBatchNorms(gr, opts.Precision, opts.Probe.Kernels(gr)) > 0 {
+			k := opts.Probe.Kernels(gr)
+			if precision.LowBatchNorms(gr, opts.Precision, k)+precision.LowSoftmaxes(gr, opts.Precision, k) > 0 {
 				gr.Prune()
 			}
 		}

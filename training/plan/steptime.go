@@ -451,6 +451,20 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			if productClass[c.class] {
 				c.rate = productRate(g, n, gpu, o, lowVal)
 			}
+			if n.Op == "Softmax" && lowVal[n.Output(0)] && g.Info(n.Output(0)).DType == dtype.Float32 {
+				// Built emulated: its readers but the Casts to low read, on
+				// the device, a float32 copy made for them, priced here
+				// (its launch not: a few per step).
+				var rest float64
+				for _, r := range consumers[n.Output(0)] {
+					if !castTo(o.low)(r) {
+						rest++
+					}
+				}
+				if elems := float64(deviceBytes(g, n.Output(0), lowVal, o.low)) / float64(o.low.Size()); rest > 0 {
+					c.bytes += elems * (float64(o.low.Size()) + 4 + 2*rest)
+				}
+			}
 			if c.class == classNorm && n.Op == "BatchNormalization" && (lowVal[n.Output(0)] || g.Info(n.Input(0)).DType == dtype.Float16) {
 				c.class = classNormLow
 			}
@@ -459,6 +473,11 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 		out = append(out, c)
 	}
 	return out
+}
+
+// castTo says whether a node is a Cast to dt.
+func castTo(dt dtype.DType) func(*graph.Node) bool {
+	return func(n *graph.Node) bool { return n.Op == "Cast" && n.Domain == "" && dtype.DType(n.Int("to", 0)) == dt }
 }
 
 // lacksBF16 are the matrix products ONNX Runtime's CUDA provider has no
@@ -535,6 +554,9 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				elide[n] = !needed
 			}
 		case n.Op == "BatchNormalization" && up[n.Input(0)] && lowBN(n):
+			lowVal[n.Outputs[0]] = true
+		case n.Op == "Softmax" && lowVal[n.Input(0)] && slices.ContainsFunc(consumers[n.Outputs[0]], castTo(low)):
+			// precision.LowSoftmaxes: the device's build runs it low.
 			lowVal[n.Outputs[0]] = true
 		case precision.ClassOf(n) == precision.Low:
 			for _, o := range n.Outputs {

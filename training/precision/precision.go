@@ -18,6 +18,10 @@
 // float32, and autodiff's Cast rule brings each gradient back to float32.
 // Graph outputs are cast back to float32.
 //
+// On the finished graphs, LowBatchNorms and LowSoftmaxes give a BatchNorm
+// or a Softmax the low type where the device's kernel keeps its float32
+// arithmetic inside and its output goes on in the low type anyway.
+//
 // Where the device has no low-precision kernel for an op (Kernels), the op
 // runs in float32 between Casts: a matrix product then rounds its inputs
 // and its output to the low precision and computes in float32, which is

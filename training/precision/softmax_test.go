@@ -1,0 +1,75 @@
+package precision
+
+import (
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// TestLowSoftmaxes: Cast(s, float32) → Softmax → Cast(low) → MatMul, with a
+// float32 reader as a backward has: the Softmax reads s and writes the low
+// value the MatMul reads, and the float32 reader reads a Cast of it made
+// just before it. Without the kernel, or with no Cast to low reading the
+// output, nothing changes.
+func TestLowSoftmaxes(t *testing.T) {
+	build := func(lowReader bool) *graph.Graph {
+		g := graph.New("t", graph.EmitOpset)
+		g.AddInput("s", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 4, 4}})
+		g.AddInput("v", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 4, 3}})
+		g.AddInput("d", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 4, 4}})
+		b := graph.NewBuilder(g, "")
+		p := b.Softmax(b.Cast("s", dtype.Float32), -1)
+		if lowReader {
+			g.Outputs = []string{b.MatMul(b.Cast(p, dtype.BFloat16), "v")}
+		}
+		b.Op("Relu", []string{"d"}) // a node between the forward and the float32 reader
+		g.Outputs = append(g.Outputs, b.Mul(p, "d"))
+		return g
+	}
+	all := func(*graph.Node, dtype.DType) bool { return true }
+	none := func(*graph.Node, dtype.DType) bool { return false }
+	for _, tc := range []struct {
+		name      string
+		lowReader bool
+		k         Kernels
+		want      int
+	}{{"kernel", true, all, 1}, {"no kernel", true, none, 0}, {"no low reader", false, all, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := build(tc.lowReader)
+			if got := LowSoftmaxes(g, dtype.BFloat16, tc.k); got != tc.want {
+				t.Fatalf("rewrote %d Softmaxes, want %d", got, tc.want)
+			}
+			g.Prune()
+			if err := g.Sort(); err != nil {
+				t.Fatal(err)
+			}
+			var sm, mul, mm *graph.Node
+			at := map[*graph.Node]int{}
+			for i, n := range g.Nodes {
+				at[n] = i
+				switch n.Op {
+				case "Softmax":
+					sm = n
+				case "Mul":
+					mul = n
+				case "MatMul":
+					mm = n
+				}
+			}
+			if tc.want == 0 {
+				if sm.Input(0) == "s" {
+					t.Fatalf("%s reads s", sm.Describe())
+				}
+				return
+			}
+			if sm.Input(0) != "s" || g.Info(sm.Output(0)).DType != dtype.BFloat16 || mm.Input(0) != sm.Output(0) {
+				t.Fatalf("%s, %s", sm.Describe(), mm.Describe())
+			}
+			up := g.Producers()[mul.Input(0)]
+			if up.Op != "Cast" || up.Input(0) != sm.Output(0) || g.Info(mul.Input(0)).DType != dtype.Float32 || at[up] != at[mul]-1 {
+				t.Errorf("the float32 reader %s reads %s at %d, itself at %d", mul.Describe(), up.Describe(), at[up], at[mul])
+			}
+		})
+	}
+}
