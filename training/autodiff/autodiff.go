@@ -205,6 +205,14 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		for i, in := range n.Inputs {
 			need[i] = in != "" && active[in] && reach[in]
 		}
+		if need[0] {
+			if ls, d := logSoftmaxGatherGrad(b, g, n, prod, readers, outputs, dy[0]); d != "" {
+				if active[x(ls)] && reach[x(ls)] {
+					grads[x(ls)] = append(grads[x(ls)], d)
+				}
+				continue
+			}
+		}
 		if n.Op == "Softmax" && need[0] && dy[0] != "" {
 			if d := softmaxRowDots(b, g, n, consumers, readers, outputs, total); d != "" {
 				grads[x(n)] = append(grads[x(n)], b.Mul(y(n), b.Sub(dy[0], d)))

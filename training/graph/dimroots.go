@@ -238,7 +238,10 @@ func (g *Graph) reshapeInferred(xv string, x Info, target []int64, neg int, allo
 // SameDim reports whether dimension ai of a and dimension bi of b are
 // certainly the same size: equal static sizes, or unknown sizes with one
 // root (DimRoot: the batch of a model's input, say, followed through the
-// Casts mixed precision adds after the dimensions were traced).
+// Casts mixed precision adds after the dimensions were traced), or with
+// roots the model names alike (two inputs' "batch": ONNX declares a
+// symbolic dimension one size wherever it appears, and the trainer feeds
+// the inputs so).
 func (g *Graph) SameDim(a string, ai int, b string, bi int) bool {
 	x, y := g.Info(a), g.Info(b)
 	if !x.Known || !y.Known || ai < 0 || bi < 0 || ai >= len(x.Shape) || bi >= len(y.Shape) {
@@ -249,5 +252,9 @@ func (g *Graph) SameDim(a string, ai int, b string, bi int) bool {
 	}
 	av, aa := g.DimRoot(a, ai)
 	bv, ba := g.DimRoot(b, bi)
-	return av == bv && aa == ba
+	if av == bv && aa == ba {
+		return true
+	}
+	an, bn := g.Dims[av], g.Dims[bv]
+	return aa >= 0 && ba >= 0 && aa < len(an) && ba < len(bn) && an[aa] != "" && an[aa] == bn[ba]
 }
