@@ -669,10 +669,7 @@ func frozenByExport(g *graph.Graph, model string) (map[string]bool, error) {
 // training graph, where the gradients' Identities order the backward, and
 // any other would be a copy.
 func bypassIdentities(g *graph.Graph) {
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	to := map[string]string{}
 	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *graph.Node) bool {
 		if n.Op != "Identity" || len(n.Outputs) != 1 || outputs[n.Outputs[0]] || n.Input(0) == "" {

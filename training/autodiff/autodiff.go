@@ -260,10 +260,7 @@ func earliestContributionLast(g *graph.Graph, first int) {
 			readers[in] = append(readers[in], n)
 		}
 	}
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	prod := map[string]*graph.Node{}
 	for _, n := range g.Nodes[first:] {
 		for _, o := range n.Outputs {

@@ -19,10 +19,7 @@ import (
 // would leave unknown and then not match.
 func rowScaleThroughGemm(g *graph.Graph, first int) {
 	readers := g.Consumers()
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	prod := g.Producers()
 	for _, m := range slices.Clone(g.Nodes[first:]) {
 		if m.Op != "Mul" || m.Domain != "" || len(m.Inputs) != 2 || outputs[m.Outputs[0]] {

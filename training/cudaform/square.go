@@ -22,10 +22,7 @@ import (
 // split in them.
 func FuseSquares(g *graph.Graph) int {
 	producers, consumers := g.Producers(), g.Consumers()
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	fused := 0
 	var out []*graph.Node
 	dropped := map[*graph.Node]bool{}

@@ -284,6 +284,15 @@ func (g *Graph) AddNode(n *Node) *Node {
 	return n
 }
 
+// OutputSet is the set of g's outputs.
+func (g *Graph) OutputSet() map[string]bool {
+	set := make(map[string]bool, len(g.Outputs))
+	for _, o := range g.Outputs {
+		set[o] = true
+	}
+	return set
+}
+
 // Producers maps each value to the node producing it.
 func (g *Graph) Producers() map[string]*Node {
 	p := map[string]*Node{}

@@ -15,10 +15,7 @@ import (
 // differently. It returns the number of scales moved.
 func (g *Graph) HoistScales() int {
 	producers, consumers := g.Producers(), g.Consumers()
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	moved := 0
 	var out []*Node
 	for _, n := range g.Nodes {

@@ -169,10 +169,7 @@ func (g *Graph) ToModel() *onnxpb.ModelProto {
 	for _, out := range g.Outputs {
 		gp.Output = append(gp.Output, g.ValueInfo(out))
 	}
-	outputs := map[string]bool{}
-	for _, out := range g.Outputs {
-		outputs[out] = true
-	}
+	outputs := g.OutputSet()
 	for _, n := range g.Nodes {
 		np := &onnxpb.NodeProto{OpType: proto.String(n.Op), Name: proto.String(n.Name), Input: n.Inputs, Output: n.Outputs, Attribute: n.Attrs}
 		if n.Domain != "" {

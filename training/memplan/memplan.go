@@ -164,10 +164,7 @@ func Replay(g *graph.Graph, exclude, sized map[string]bool) *Report {
 		info := g.Info(v)
 		return fmt.Sprint(info.DType.Size(), info.Shape)
 	}
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	for _, in := range g.Inputs {
 		if !exclude[in] {
 			r.Inputs += max(size(in), 0)
@@ -301,10 +298,7 @@ func fusedTransposes(g *graph.Graph, order []*graph.Node) map[string]bool {
 			readers[in] = append(readers[in], n)
 		}
 	}
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	outputs := g.OutputSet()
 	fused := map[string]bool{}
 	for _, n := range order {
 		if n.Op != "Transpose" || len(n.Outputs) == 0 || outputs[n.Outputs[0]] {

@@ -507,11 +507,7 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 	if low == 0 {
 		return lowVal, elide
 	}
-	consumers, producers := g.Consumers(), g.Producers()
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	consumers, producers, outputs := g.Consumers(), g.Producers(), g.OutputSet()
 	// lowBN: a BatchNormalization precision.LowBatchNorms gives the low
 	// type on the device (float16 only: the CUDA provider has no bfloat16
 	// BatchNorm), reading the low value its float32 copy was made from.

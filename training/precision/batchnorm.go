@@ -26,11 +26,7 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	if kernels == nil || low == 0 {
 		return 0
 	}
-	producers, consumers := g.Producers(), g.Consumers()
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
 	type match struct{ readers []*graph.Node }
 	found := map[*graph.Node]match{}
 	var first *graph.Node
@@ -70,14 +66,6 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	drop := map[*graph.Node]bool{}
 	rename := map[string]string{}
 	for _, n := range old {
-		if drop[n] {
-			continue
-		}
-		for i, in := range n.Inputs {
-			if r, ok := rename[in]; ok {
-				n.Inputs[i] = r
-			}
-		}
 		m, ok := found[n]
 		if !ok {
 			nodes = append(nodes, n)
@@ -109,15 +97,29 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 		n.Outputs = []string{out}
 		nodes = append(nodes, n)
 	}
-	g.Nodes = nodes
-	for _, n := range g.Nodes {
+	g.Nodes = rewired(nodes, drop, rename, nil)
+	return len(found)
+}
+
+// rewired returns nodes without those in drop, every input renamed as
+// rename says, and before[n] placed just before n.
+func rewired(nodes []*graph.Node, drop map[*graph.Node]bool, rename map[string]string, before map[*graph.Node]*graph.Node) []*graph.Node {
+	out := make([]*graph.Node, 0, len(nodes)+len(before))
+	for _, n := range nodes {
+		if drop[n] {
+			continue
+		}
 		for i, in := range n.Inputs {
 			if r, ok := rename[in]; ok {
 				n.Inputs[i] = r
 			}
 		}
+		if c, ok := before[n]; ok {
+			out = append(out, c)
+		}
+		out = append(out, n)
 	}
-	return len(found)
+	return out
 }
 
 // castTogether casts the rank-1 values vs to low as one Concat, Cast and

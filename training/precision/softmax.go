@@ -23,11 +23,7 @@ func LowSoftmaxes(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	if kernels == nil || low == 0 {
 		return 0
 	}
-	producers, consumers := g.Producers(), g.Consumers()
-	outputs := map[string]bool{}
-	for _, o := range g.Outputs {
-		outputs[o] = true
-	}
+	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
 	order := map[*graph.Node]int{}
 	for i, n := range g.Nodes {
 		order[n] = i
@@ -65,22 +61,7 @@ func LowSoftmaxes(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	if rewritten == 0 {
 		return 0
 	}
-	nodes := make([]*graph.Node, 0, len(g.Nodes)+len(before))
-	for _, n := range g.Nodes {
-		if drop[n] {
-			continue
-		}
-		for i, in := range n.Inputs {
-			if r, ok := rename[in]; ok {
-				n.Inputs[i] = r
-			}
-		}
-		if c, ok := before[n]; ok {
-			nodes = append(nodes, c)
-		}
-		nodes = append(nodes, n)
-	}
-	g.Nodes = nodes
+	g.Nodes = rewired(g.Nodes, drop, rename, before)
 	return rewritten
 }
 
