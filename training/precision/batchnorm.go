@@ -102,8 +102,8 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 }
 
 // rewired returns nodes without those in drop, every input renamed as
-// rename says, and before[n] placed just before n.
-func rewired(nodes []*graph.Node, drop map[*graph.Node]bool, rename map[string]string, before map[*graph.Node]*graph.Node) []*graph.Node {
+// rename says, and the nodes before[n] placed just before n.
+func rewired(nodes []*graph.Node, drop map[*graph.Node]bool, rename map[string]string, before map[*graph.Node][]*graph.Node) []*graph.Node {
 	out := make([]*graph.Node, 0, len(nodes)+len(before))
 	for _, n := range nodes {
 		if drop[n] {
@@ -114,9 +114,7 @@ func rewired(nodes []*graph.Node, drop map[*graph.Node]bool, rename map[string]s
 				n.Inputs[i] = r
 			}
 		}
-		if c, ok := before[n]; ok {
-			out = append(out, c)
-		}
+		out = append(out, before[n]...)
 		out = append(out, n)
 	}
 	return out

@@ -30,7 +30,7 @@ func LowSoftmaxes(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	}
 	drop := map[*graph.Node]bool{}
 	rename := map[string]string{}
-	before := map[*graph.Node]*graph.Node{} // a float32 reader → the Cast up to place before it
+	before := map[*graph.Node][]*graph.Node{} // a float32 reader → the Casts up to place before it
 	rewritten := 0
 	for _, n := range g.Nodes {
 		lows, rest, ok := lowSoftmax(producers, consumers, outputs, n, low)
@@ -53,8 +53,8 @@ func LowSoftmaxes(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 			}
 			// The float32 probabilities keep their name, now a copy of
 			// the low ones.
-			before[first] = &graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{yl}, Outputs: []string{y32},
-				Attrs: []*graph.Attr{graph.AInt("to", int64(dtype.Float32))}}
+			before[first] = append(before[first], &graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{yl}, Outputs: []string{y32},
+				Attrs: []*graph.Attr{graph.AInt("to", int64(dtype.Float32))}})
 		}
 		rewritten++
 	}

@@ -73,3 +73,31 @@ func TestLowSoftmaxes(t *testing.T) {
 		})
 	}
 }
+
+// TestLowSoftmaxesSharedReader: two Softmaxes whose float32 outputs one
+// node reads first both get their float32 copy before it.
+func TestLowSoftmaxesSharedReader(t *testing.T) {
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("v", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 4, 3}})
+	b := graph.NewBuilder(g, "")
+	var ps []string
+	for _, s := range []string{"s1", "s2"} {
+		g.AddInput(s, graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 4, 4}})
+		p := b.Softmax(b.Cast(s, dtype.Float32), -1)
+		g.Outputs = append(g.Outputs, b.MatMul(b.Cast(p, dtype.BFloat16), "v"))
+		ps = append(ps, p)
+	}
+	g.Outputs = append(g.Outputs, b.Mul(ps[0], ps[1]))
+	if n := LowSoftmaxes(g, dtype.BFloat16, func(*graph.Node, dtype.DType) bool { return true }); n != 2 {
+		t.Fatalf("rewrote %d Softmaxes, want 2", n)
+	}
+	producers := g.Producers()
+	for _, p := range ps {
+		if c := producers[p]; c == nil || c.Op != "Cast" || g.Info(p).DType != dtype.Float32 {
+			t.Errorf("%s: produced by %v", p, c)
+		}
+	}
+	if err := g.Sort(); err != nil {
+		t.Fatal(err)
+	}
+}
