@@ -268,7 +268,11 @@ func Build(opts Options) (*Manifest, error) {
 		// values.
 		for _, gr := range []*graph.Graph{train, eval} {
 			k := opts.Probe.Kernels(gr)
-			if precision.LowBatchNorms(gr, opts.Precision, k)+precision.LowSoftmaxes(gr, opts.Precision, k) > 0 {
+			bns, err := precision.LowBatchNorms(gr, opts.Precision, k)
+			if err != nil {
+				return nil, fmt.Errorf("%s graph: %w", gr.Name, err)
+			}
+			if bns+precision.LowSoftmaxes(gr, opts.Precision, k) > 0 {
 				gr.Prune()
 			}
 		}

@@ -21,10 +21,10 @@ import (
 // about one rounding of it. Each per-channel value is cast once for every
 // layer that reads it (a layer and its recomputation share the copy). It
 // returns the number of nodes rewritten; the float32 copies nothing reads
-// any more are left to Prune.
-func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
+// any more are left to Prune. An error leaves g half rewritten.
+func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error) {
 	if kernels == nil || low == 0 {
-		return 0
+		return 0, nil
 	}
 	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
 	type match struct{ readers []*graph.Node }
@@ -52,7 +52,7 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 		}
 	}
 	if len(found) == 0 {
-		return 0
+		return 0, nil
 	}
 	b := graph.NewBuilder(g, "autocast/")
 	lowCopy := map[string]string{}
@@ -97,8 +97,11 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 		n.Outputs = []string{out}
 		nodes = append(nodes, n)
 	}
+	if b.Err != nil {
+		return 0, b.Err
+	}
 	g.Nodes = rewired(nodes, drop, rename, nil)
-	return len(found)
+	return len(found), nil
 }
 
 // rewired returns nodes without those in drop, every input renamed as

@@ -46,8 +46,8 @@ func TestLowBatchNorms(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := bnGraph(tc.low, tc.extra)
-			if got := LowBatchNorms(g, tc.low, tc.k); got != tc.want {
-				t.Fatalf("rewrote %d BatchNorms, want %d", got, tc.want)
+			if got, err := LowBatchNorms(g, tc.low, tc.k); err != nil || got != tc.want {
+				t.Fatalf("rewrote %d BatchNorms (%v), want %d", got, err, tc.want)
 			}
 			g.Prune()
 			if err := g.Sort(); err != nil {
