@@ -148,9 +148,9 @@ var efficiencies = map[string]efficiency{
 	classNorm:      {compute: 0.5, memory: 0.38},
 	// Not yet profiled: priced at the float32 kernel's rates, plus the
 	// four Casts of the per-channel inputs to float32 the CUDA provider
-	// launches for cuDNN. A graph built emulated (on a CPU) also lacks the per-layer
-	// Casts of the batch mean and variance to float16 that the device's
-	// build has (about 1 ms in ResNet-50's step, not priced).
+	// launches for cuDNN. A graph built emulated (on a CPU) also lacks
+	// the per-layer Casts of the batch mean and variance to float16 that
+	// the device's build has (about 1 ms in ResNet-50's step, not priced).
 	classNormLow:   {compute: 0.5, memory: 0.38, perCall: 4 * LaunchSeconds},
 	classTranspose: {compute: 0.5, memory: 0.57},
 	classCopy:      {compute: 0.5, memory: 0.17},
@@ -499,8 +499,9 @@ func emulatedOn(n *graph.Node, low dtype.DType) bool {
 // activations are all low (or float32 copies of low values) runs low; a
 // Cast to float32 of a low value is a kernel only where a float32 op reads
 // it; a Cast to the low type of a low value is none; a float16 BatchNorm
-// between such Casts reads and writes the low type (as
-// precision.LowBatchNorms builds it for the device). Graphs built with the
+// between such Casts, and a Softmax of a low value that a Cast to the low
+// type reads, read and write the low type (as precision.LowBatchNorms and
+// LowSoftmaxes build them for the device). Graphs built with the
 // kernels have their types already and pass through unchanged.
 func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal map[string]bool, elide map[*graph.Node]bool) {
 	lowVal, elide = map[string]bool{}, map[*graph.Node]bool{}
