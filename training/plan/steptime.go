@@ -457,7 +457,7 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 				// (its launch not: a few per step).
 				var rest float64
 				for _, r := range consumers[n.Output(0)] {
-					if !castTo(o.low)(r) {
+					if !precision.IsCast(r, o.low) {
 						rest++
 					}
 				}
@@ -473,11 +473,6 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 		out = append(out, c)
 	}
 	return out
-}
-
-// castTo says whether a node is a Cast to dt.
-func castTo(dt dtype.DType) func(*graph.Node) bool {
-	return func(n *graph.Node) bool { return n.Op == "Cast" && n.Domain == "" && dtype.DType(n.Int("to", 0)) == dt }
 }
 
 // lacksBF16 are the matrix products ONNX Runtime's CUDA provider has no
@@ -552,7 +547,7 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			}
 		case n.Op == "BatchNormalization" && up[n.Input(0)] && lowBN(n):
 			lowVal[n.Outputs[0]] = true
-		case n.Op == "Softmax" && lowVal[n.Input(0)] && slices.ContainsFunc(consumers[n.Outputs[0]], castTo(low)):
+		case n.Op == "Softmax" && lowVal[n.Input(0)] && slices.ContainsFunc(consumers[n.Outputs[0]], func(r *graph.Node) bool { return precision.IsCast(r, low) }):
 			// precision.LowSoftmaxes: the device's build runs it low.
 			lowVal[n.Outputs[0]] = true
 		case precision.ClassOf(n) == precision.Low:

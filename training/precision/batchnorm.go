@@ -158,7 +158,7 @@ func LowBatchNorm(g *graph.Graph, producers map[string]*graph.Node, consumers ma
 	}
 	y := n.Outputs[0]
 	p := producers[n.Input(0)]
-	if p == nil || p.Op != "Cast" || p.Domain != "" || dtype.DType(p.Int("to", 0)) != dtype.Float32 || outputs[y] {
+	if p == nil || !IsCast(p, dtype.Float32) || outputs[y] {
 		return "", nil, false
 	}
 	readers = consumers[y]
@@ -167,9 +167,14 @@ func LowBatchNorm(g *graph.Graph, producers map[string]*graph.Node, consumers ma
 	}
 	to := dtype.DType(readers[0].Int("to", 0))
 	for _, r := range readers {
-		if r.Op != "Cast" || r.Domain != "" || dtype.DType(r.Int("to", 0)) != to || to == dtype.Float32 || len(r.Outputs) != 1 || r.Input(0) != y {
+		if !IsCast(r, to) || to == dtype.Float32 || len(r.Outputs) != 1 || r.Input(0) != y {
 			return "", nil, false
 		}
 	}
 	return n.Input(0), readers, true
+}
+
+// IsCast reports whether n is a Cast to dt.
+func IsCast(n *graph.Node, dt dtype.DType) bool {
+	return n.Op == "Cast" && n.Domain == "" && dtype.DType(n.Int("to", 0)) == dt
 }

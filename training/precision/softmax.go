@@ -74,11 +74,11 @@ func lowSoftmax(producers map[string]*graph.Node, consumers map[string][]*graph.
 		return nil, nil, false
 	}
 	p := producers[n.Input(0)]
-	if p == nil || p.Op != "Cast" || p.Domain != "" || dtype.DType(p.Int("to", 0)) != dtype.Float32 {
+	if p == nil || !IsCast(p, dtype.Float32) {
 		return nil, nil, false
 	}
 	for _, r := range consumers[n.Outputs[0]] {
-		if r.Op == "Cast" && r.Domain == "" && dtype.DType(r.Int("to", 0)) == low && len(r.Outputs) == 1 {
+		if IsCast(r, low) && len(r.Outputs) == 1 {
 			lows = append(lows, r)
 		} else {
 			rest = append(rest, r)

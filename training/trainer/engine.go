@@ -1113,7 +1113,7 @@ type stage struct {
 	// stale are a slot's tensors replaced by a new shape, closed once the
 	// bindings read the new ones.
 	stale [2][]*ort.Staged
-	bound int   // the slot the bindings read; -1 before the first batch
+	bound int   // the slot the bindings read; -1 before the first batch and once its tensors are replaced
 	src   []int // index of each input's tensor in the batch; -1 until resolved
 	feeds data.Feeds
 	// copies is copyParallel's, for every batch; one slot is filled at a
@@ -1204,7 +1204,7 @@ func (st *stage) fill(k int, b *data.Batch) (int, error) {
 			}
 			st.slots[k][i], st.raw[k][i] = nv, hostBytes(nv.Host)
 			if st.bound == k {
-				st.bound = -2 // the bindings read replaced tensors: bind again
+				st.bound = -1 // the bindings read replaced tensors: bind again
 			}
 		}
 		switch t.DType {
