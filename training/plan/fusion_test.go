@@ -42,3 +42,52 @@ func TestScalesFoldIntoMatMul(t *testing.T) {
 		t.Errorf("kernels %v; want 4 MatMul, 2 Mul (the shared product's and the tensor's scale), no Div", kernels)
 	}
 }
+
+// TestTypeClasses: the kernels the profiles found running at rates of
+// their own by type get their own classes: an element-wise op or Cast
+// touching bfloat16, a 3-D Conv and a long-K MatMul in float16; float32
+// and float16 element-wise ops, and a short-K float16 MatMul, keep theirs.
+func TestTypeClasses(t *testing.T) {
+	g := graph.New("types", graph.EmitOpset)
+	for _, in := range []struct {
+		name  string
+		dt    dtype.DType
+		shape []int64
+	}{
+		{"a32", dtype.Float32, []int64{64, 64}}, {"a16", dtype.Float16, []int64{64, 64}}, {"abf", dtype.BFloat16, []int64{64, 64}},
+		{"vol", dtype.Float16, []int64{1, 8, 4, 8, 8}}, {"w", dtype.Float16, []int64{8, 8, 3, 3, 3}},
+		{"long", dtype.Float16, []int64{8, 1 << 16}}, {"longT", dtype.Float16, []int64{1 << 16, 8}},
+	} {
+		g.AddInput(in.name, graph.Info{DType: in.dt, Known: true, Shape: in.shape})
+	}
+	b := graph.NewBuilder(g, "")
+	outs := map[string]string{
+		"add32": b.Add("a32", "a32"), "add16": b.Add("a16", "a16"), "addbf": b.Add("abf", "abf"),
+		"castbf": b.Op("Cast", []string{"a32"}, graph.AInt("to", int64(dtype.BFloat16))),
+		"conv16": b.Op("Conv", []string{"vol", "w"}, graph.AInts("pads", []int64{1, 1, 1, 1, 1, 1})),
+		"long16": b.MatMul("long", "longT"), "short16": b.MatMul("a16", "a16"),
+	}
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	for _, v := range outs {
+		g.Outputs = append(g.Outputs, v)
+	}
+	want := map[string]string{"add32": classElem, "add16": classElem, "addbf": classElemBF16, "castbf": classCastBF16,
+		"conv16": classConvVolume16, "long16": classGEMMLongK16, "short16": classGEMM}
+	gpu, err := LookupGPU("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	producers := g.Producers()
+	got := map[*graph.Node]string{}
+	costs := costGraph(g, gpu, StepOptions{})
+	for i, n := range g.Nodes {
+		got[n] = costs[i].class
+	}
+	for name, v := range outs {
+		if c := got[producers[v]]; c != want[name] {
+			t.Errorf("%s: class %q, want %q", name, c, want[name])
+		}
+	}
+}

@@ -79,12 +79,22 @@ const (
 	classConvWgradVolume = "conv-wgrad-volume" // the same over volumes
 	classConvVolume      = "conv-volume"       // Conv, ConvTranspose over volumes: cuDNN's NCDHW kernels
 	classGEMM            = "gemm"              // MatMul, Gemm: cuBLAS
-	// A MatMul summing 2^20 or more terms into each output (a volume's
+	// A MatMul summing 2^16 or more terms into each output (a volume's
 	// weight gradient: M, N the channels, K the voxels): cuBLAS has few
-	// output tiles to spread over the GPU.
+	// output tiles to spread over the GPU, and in bfloat16 ran them far
+	// below float16's rate.
 	classGEMMLongK = "gemm-long-k"
-	classElem      = "elementwise"
-	classCast      = "cast"
+	// The two volume classes above in float16, whose kernels run at a
+	// rate of their own (cuDNN's and cuBLAS's float16 paths, not their
+	// bfloat16 or TF32 ones).
+	classConvVolume16 = "conv-volume-float16"
+	classGEMMLongK16  = "gemm-long-k-float16"
+	classElem         = "elementwise"
+	classCast         = "cast"
+	// The two above where a bfloat16 tensor is read or written: ONNX
+	// Runtime's CUDA kernels move bfloat16 at a fraction of float16's rate.
+	classElemBF16  = "elementwise-bfloat16"
+	classCastBF16  = "cast-bfloat16"
 	classReduce    = "reduce"       // ONNX Runtime's own reduction kernel
 	classReduceDNN = "reduce-cudnn" // reductions cuDNN runs
 	classNorm      = "norm"         // BatchNormalization and the other normalisations
@@ -114,10 +124,13 @@ type efficiency struct{ compute, memory, perCall float64 }
 // less LaunchSeconds per call divided into the time at the peak. The
 // volumes' classes (3-D convolutions, long-K GEMMs, and Slices, which
 // ResNet-50 hardly has) were fitted the same way on the VQ-GAN preset's
-// profile (2549438). TestStepTimeCalibration keeps each profiled step
-// within 15%. Earlier profiles timed launches that waited for the GPU
-// rather than kernels: their per-op tables put 177 ms in Conv, 15.7 ms
-// measured synchronously.
+// profile (2549438); the float16 volumes' classes, the bfloat16
+// element-wise ones and the scatters on three profiles of 2026-11-26's
+// evening (ResNet-50 and the diffusion LM at batch 128 of 8166935, the
+// VQ-GAN in 16-mixed of c75eebf). TestStepTimeCalibration keeps each
+// profiled step within 15%. Earlier profiles timed launches that waited
+// for the GPU rather than kernels: their per-op tables put 177 ms in
+// Conv, 15.7 ms measured synchronously.
 var efficiencies = map[string]efficiency{
 	classConv:  {compute: 0.18, memory: 0.5},
 	classConvT: {compute: 0.19, memory: 0.5},
@@ -129,7 +142,9 @@ var efficiencies = map[string]efficiency{
 	// priced as below (2,167 ms) leave 14,398 ms to its 55 3-D weight
 	// gradients.
 	classConvWgradVolume: {compute: 0.0032, memory: 0.5},
-	classGEMM:            {compute: 0.45, memory: 0.5},
+	// memory: the VQ-GAN's batched weight-gradient GEMMs in float16 below
+	// moved 649 GB in 158 ms (0.85 of the bandwidth).
+	classGEMM: {compute: 0.45, memory: 0.85},
 	// Fitted on the VQ-GAN preset's synchronous profile (batch 1,
 	// bf16-mixed, ortrain 2549438, H200; testdata/profile-2549438-vqgan3d.tsv):
 	// its 111 float32 3-D Convs (TF32) took 1,189 ms, the largest 44 ms for
@@ -137,8 +152,22 @@ var efficiencies = map[string]efficiency{
 	// bfloat16 GEMMs over 2^20 to 2^23 voxels 693 ms.
 	classConvVolume: {compute: 0.08, memory: 0.5},
 	classGEMMLongK:  {compute: 0.031, memory: 0.5},
-	classElem:       {compute: 0.5, memory: 0.82},
-	classCast:       {compute: 0.5, memory: 0.88},
+	// The same preset in 16-mixed (ortrain c75eebf's graph;
+	// testdata/profile-vqgan3d-16-mixed.tsv):
+	// its 111 float16 3-D Convs took 213 ms, 5.6 times faster than in
+	// TF32, and its 666 weight-gradient GEMMs (K 2^16 voxels, batched over
+	// the depth; 649 GB moved) 158 ms, at any GEMM's rates, where the
+	// profile above had 674 ms for the same FLOPs in bfloat16.
+	classConvVolume16: {compute: 0.22, memory: 0.5},
+	classGEMMLongK16:  {compute: 0.45, memory: 0.85},
+	classElem:         {compute: 0.5, memory: 0.82},
+	classCast:         {compute: 0.5, memory: 0.88},
+	// Fitted on the diffusion LM's synchronous profile at batch 128
+	// (bf16-mixed, ortrain 8166935; testdata/profile-8166935-bd3lm-b128.tsv):
+	// its attention's mask Add, bfloat16 [128, 12, 1024, 1024] plus a
+	// broadcast [1024, 1024], took 5.0 ms for 6.4 GB (1.3 TB/s).
+	classElemBF16: {compute: 0.5, memory: 0.4},
+	classCastBF16: {compute: 0.5, memory: 0.4},
 	// ONNX Runtime's own reduction kernel (after cudaform.SplitReductions,
 	// every per-channel statistic): 430 calls, 28.4 ms.
 	classReduce: {compute: 0.5, memory: 0.25},
@@ -157,9 +186,14 @@ var efficiencies = map[string]efficiency{
 	// The VQ-GAN's 709 Slices, 661 GB a step (its volumes' kernel offsets
 	// for the weight gradients), took 395 ms in the same profile: twice the
 	// copies' rate (ResNet-50's three Slices tell nothing).
-	classSlice:   {compute: 0.5, memory: 0.35},
-	classPool:    {compute: 0.5, memory: 0.17},
-	classScatter: {compute: 0.5, memory: 0.091},
+	classSlice: {compute: 0.5, memory: 0.35},
+	classPool:  {compute: 0.5, memory: 0.17},
+	// ScatterElements copies its data input whole, then adds the updates:
+	// ResNet-50's loss gradient, 2.16 GB moved, took 1.21 ms (8166935's
+	// profile). A ScatterND adding many updates into one row (an
+	// embedding's gradient, where a token repeats) waits on its atomics,
+	// which this does not price: the diffusion LM's, 310 MB, took 28.7 ms.
+	classScatter: {compute: 0.5, memory: 0.37},
 	classSoftmax: {compute: 0.5, memory: 0.5},
 }
 
@@ -175,14 +209,13 @@ const LaunchSeconds = 8e-6
 const CPUNodeSeconds = 10e-6
 
 // HostSecondsPerByte is the trainer's host time per step per byte of the
-// batch, outside ONNX Runtime's runs (filling and binding the batch, the
-// step's scalars, the loss read back): 29.5 ms for ResNet-50's batch of
-// 256 float32 224² images and labels (ortrain bench on an H200, 1cb87fb),
-// taken as proportional to the batch's bytes. Measured before the batch
-// was staged in pinned memory and loaded beside the step before it (the
-// trainer's aheadLoader): the part the step still waits for is yet to be
-// measured, and until then the prediction adds all of it.
-const HostSecondsPerByte = 29.5e-3 / (256 * (3*224*224*4 + 8))
+// batch, outside ONNX Runtime's runs and not hidden behind the step before
+// (the step's scalars, the loss read back, what binding the batch staged
+// beside that step still costs): 0.6 ms for ResNet-50's batch of 256
+// float32 224² images and labels (ortrain bench on an H200, 8166935, the
+// batch loaded beside the step by the trainer's aheadLoader; 29.5 ms at
+// 1cb87fb, before it), taken as proportional to the batch's bytes.
+const HostSecondsPerByte = 0.6e-3 / (256 * (3*224*224*4 + 8))
 
 // StepTime is a training step's predicted time on a GPU.
 type StepTime struct {
@@ -450,6 +483,9 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			c.rate = gpu.FP32
 			if productClass[c.class] {
 				c.rate = productRate(g, n, gpu, o, lowVal)
+				if c.rate == gpu.Tensor16 && (o.low == dtype.Float16 || g.Info(n.Input(0)).DType == dtype.Float16) {
+					c.class = float16Class[c.class]
+				}
 			}
 			if n.Op == "Softmax" && lowVal[n.Output(0)] && g.Info(n.Output(0)).DType == dtype.Float32 {
 				// Built emulated: its readers but the Casts to low read, on
@@ -468,11 +504,31 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			if c.class == classNorm && n.Op == "BatchNormalization" && (lowVal[n.Output(0)] || g.Info(n.Input(0)).DType == dtype.Float16) {
 				c.class = classNormLow
 			}
+			if (c.class == classElem || c.class == classCast) && touchesBF16(g, n, lowVal, o.low) {
+				c.class = bfloat16Class[c.class]
+			}
 			c.seconds = kernelSeconds(c.class, c.rate, c.flops, c.bytes, gpu)
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// bfloat16Class is the class of an element-wise op or Cast that reads or
+// writes bfloat16 on the device.
+var bfloat16Class = map[string]string{classElem: classElemBF16, classCast: classCastBF16}
+
+// touchesBF16 reports whether n reads or writes a bfloat16 value on the
+// device: one of the graph's own, or a low value of a bf16-mixed build.
+func touchesBF16(g *graph.Graph, n *graph.Node, lowVal map[string]bool, low dtype.DType) bool {
+	for _, vs := range [][]string{n.Inputs, n.Outputs} {
+		for _, v := range vs {
+			if v != "" && (g.Info(v).DType == dtype.BFloat16 || low == dtype.BFloat16 && lowVal[v]) {
+				return true
+			}
+		}
+	}
+	return n.Op == "Cast" && dtype.DType(n.Int("to", 0)) == dtype.BFloat16
 }
 
 // lacksBF16 are the matrix products ONNX Runtime's CUDA provider has no
@@ -682,7 +738,7 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 		}
 		return classConv
 	case "MatMul", "Gemm", "Einsum":
-		if a := g.Info(n.Input(0)); n.Op == "MatMul" && a.Known && len(a.Shape) > 0 && a.Shape[len(a.Shape)-1] >= 1<<20 {
+		if a := g.Info(n.Input(0)); n.Op == "MatMul" && a.Known && len(a.Shape) > 0 && a.Shape[len(a.Shape)-1] >= 1<<16 {
 			return classGEMMLongK
 		}
 		return classGEMM
@@ -714,10 +770,15 @@ func classOf(g *graph.Graph, n *graph.Node) string {
 	return classElem
 }
 
+// float16Class is a product class's float16 variant: itself where the
+// profiles showed no difference from bfloat16.
+var float16Class = map[string]string{classConv: classConv, classConvT: classConvT, classConvWgrad: classConvWgrad,
+	classConvWgradVolume: classConvWgradVolume, classConvVolume: classConvVolume16, classGEMM: classGEMM, classGEMMLongK: classGEMMLongK16}
+
 // productClass are the classes of matrix products, whose rate depends on
 // their types (productRate).
 var productClass = map[string]bool{classConv: true, classConvT: true, classConvWgrad: true, classConvWgradVolume: true, classConvVolume: true,
-	classGEMM: true, classGEMMLongK: true}
+	classGEMM: true, classGEMMLongK: true, classConvVolume16: true, classGEMMLongK16: true}
 
 // productRate is the peak FLOP/s a matrix product runs at: tensor cores
 // in float16/bfloat16, TF32 for float32 with use_tf32, else float32. A
@@ -818,6 +879,6 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		fmt.Fprintf(w, "  16-mixed   %.1f ms per step (%s%%): ONNX Runtime's CUDA provider has no bfloat16 Conv or ConvTranspose, so bf16-mixed runs the step's %d convolutions in float32 with TF32 (%.1f ms), 16-mixed in float16 (%.1f ms); --set trainer.precision=16-mixed, which adds dynamic loss scaling\n",
 			f.StepMS, strings.Replace(fmt.Sprintf("%+.0f", 100*(f.StepMS/st.StepMS-1)), "-", "−", 1), c.calls, c.ms, c16.ms)
 	}
-	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50 and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −1%%, the diffusion LM preset −10%%, the VQ-GAN preset at batch 1 +2%%) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
+	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +7%% at batch 64 and +6%% at 128, the VQ-GAN at batch 1 −7%% in bf16-mixed and +8%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
 }

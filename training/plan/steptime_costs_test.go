@@ -40,7 +40,8 @@ var placeNames = map[placement]string{onGPU: "gpu", onCPU: "cpu", elided: "elide
 
 // TestWriteGraphCosts writes the cost file of the artifacts in
 // $ORTRAIN_COSTS_ARTIFACTS (or those a CUDA run of the preset
-// $ORTRAIN_COSTS_PRESET builds) at batch $ORTRAIN_COSTS_BATCH (default 256)
+// $ORTRAIN_COSTS_PRESET builds, with $ORTRAIN_COSTS_SET's space-separated
+// key=value overrides) at batch $ORTRAIN_COSTS_BATCH (default 256)
 // on an H200's rates to $ORTRAIN_COSTS_OUT, for a graph about to be
 // profiled; skipped without.
 func TestWriteGraphCosts(t *testing.T) {
@@ -61,6 +62,11 @@ func TestWriteGraphCosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Data.BatchSize = int(batch)
+		if sets := os.Getenv("ORTRAIN_COSTS_SET"); sets != "" {
+			if err := c.Override(strings.Fields(sets)...); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if dir, _, err = setup.Artifacts(c, t.TempDir(), ort.Options{Device: ort.CUDADevice(0)}); err != nil {
 			t.Fatal(err)
 		}

@@ -132,6 +132,9 @@ func TestStepTimeCalibration(t *testing.T) {
 		{"f87388c graph (ops)", "testdata/costs-f87388c.tsv", "testdata/profile-f87388c.tsv"},
 		{"1cb87fb graph (gemm, cudaform), synchronous profile", "testdata/costs-1cb87fb.tsv", "testdata/profile-1cb87fb.tsv"},
 		{"VQ-GAN preset, 2549438 graph, synchronous profile", "testdata/costs-2549438-vqgan3d.tsv", "testdata/profile-2549438-vqgan3d.tsv"},
+		{"ResNet-50, 8166935 graph, synchronous profile", "testdata/costs-8166935-resnet50.tsv", "testdata/profile-8166935-resnet50.tsv"},
+		{"VQ-GAN preset in 16-mixed, synchronous profile", "testdata/costs-vqgan3d-16-mixed.tsv", "testdata/profile-vqgan3d-16-mixed.tsv"},
+		{"diffusion LM at batch 128, 8166935 graph, synchronous profile", "testdata/costs-8166935-bd3lm-b128.tsv", "testdata/profile-8166935-bd3lm-b128.tsv"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gpu := GPUs["h200"]
