@@ -400,7 +400,9 @@ type Runtime struct {
 	// can hold up to twice its step's peak: a run whose step fills most of
 	// the card wants kSameAsRequested (the VQ-GAN presets set it).
 	ArenaExtendStrategy string `toml:"arena_extend_strategy"`
-	// EnableCUDAGraph captures the step once and replays it.
+	// EnableCUDAGraph would capture the step once and replay it: refused
+	// (Resolve says why), kept so a configuration naming it gets the
+	// reason rather than an unknown key.
 	EnableCUDAGraph bool `toml:"enable_cuda_graph"`
 	// PreferNHWC is ONNX Runtime's prefer_nhwc: Conv, BatchNormalization
 	// and the pools run channels-last (CUDA builds with NHWC kernels).

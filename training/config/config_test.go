@@ -122,6 +122,7 @@ func TestResolveErrors(t *testing.T) {
 		{"zero devices", []string{"trainer.devices=0"}, []string{"trainer.devices", "≥ 1"}},
 		{"recompute for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.recompute="blocks"`}, []string{"model.recompute", "artifacts build --recompute"}},
 		{"unknown conv gradient form", []string{`model.conv_grad="im2col"`}, []string{"model.conv_grad", "im2col", "gemm"}},
+		{"CUDA graphs", []string{`runtime.enable_cuda_graph=true`}, []string{"runtime.enable_cuda_graph", "not supported", "set it to false"}},
 		{"prefer_nhwc with ConvTranspose input gradients", []string{`runtime.prefer_nhwc=true`}, []string{"runtime.prefer_nhwc", `model.conv_grad = "offsets"`}},
 		{"conv gradient form for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.conv_grad="ops"`}, []string{"model.conv_grad", "artifacts build --conv-grad"}},
 		{"frozen for prebuilt artifacts", []string{`model.recipe=""`, `model.artifacts="/a"`, `model.frozen=["enc.*"]`}, []string{"model.frozen", "artifacts build --frozen"}},

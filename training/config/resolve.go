@@ -413,6 +413,16 @@ func (c *Config) Resolve() error {
 	if r.PreferNHWC && c.Model.Artifacts == "" && c.Model.ConvGrad != string(autodiff.ConvFormOffsets) && !r.AllowCPUFallback {
 		bad("runtime.prefer_nhwc", "needs model.conv_grad = \"offsets\": ONNX Runtime runs a ConvTranspose whose weight is computed (the input gradients of the ops and gemm forms, gemm being CUDA's default) on the CPU under prefer_nhwc")
 	}
+	// A captured CUDA graph replays the buffers it was captured with: the
+	// trainer binds each batch from one of two staging slots in turn, so a
+	// replay would read the slot of the capture's batch, not the step's.
+	// And ONNX Runtime 1.29 refuses to capture ortrain's training graphs
+	// (H200, 2026-11-26: "not all compute graph nodes partitioned to the
+	// CUDAExecutionProvider"), whose batch-size counts come from Shape on
+	// the host.
+	if r.EnableCUDAGraph {
+		bad("runtime.enable_cuda_graph", "is not supported: the trainer stages each batch in one of two device buffers in turn, which a captured graph would not follow, and ONNX Runtime refuses to capture ortrain's training graphs (their batch-size counts are computed on the host); set it to false")
+	}
 	if r.IntraOpThreads < 0 || r.InterOpThreads < 0 {
 		bad("runtime.intra_op_threads", "runtime.intra_op_threads and runtime.inter_op_threads must be ≥ 0 (0: ONNX Runtime chooses)")
 	}
