@@ -91,3 +91,47 @@ func TestTypeClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestEmulatedConvGradientsRunFloat32: in a bf16-mixed build a
+// convolution has no bfloat16 kernel on the device, so it reads the
+// float32 copy of its rounded input, and a GEMM over that copy (its weight
+// gradient's) runs in float32 with TF32 there, while a GEMM over another
+// rounded value runs on the tensor cores in bfloat16.
+func TestEmulatedConvGradientsRunFloat32(t *testing.T) {
+	g := graph.New("emulated", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 4, 8, 8}})
+	g.AddInput("y", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{64, 64}})
+	g.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8, 3, 3, 3}})
+	b := graph.NewBuilder(g, "")
+	round := func(v string) string {
+		return b.Op("Cast", []string{b.Op("Cast", []string{v}, graph.AInt("to", int64(dtype.BFloat16)))}, graph.AInt("to", int64(dtype.Float32)))
+	}
+	xr, yr, wr := round("x"), round("y"), round("w")
+	conv := b.Op("Conv", []string{xr, wr}, graph.AInts("pads", []int64{1, 1, 1, 1, 1, 1}))
+	window := b.Reshape(b.Slice(xr, []int64{0}, []int64{2}, []int64{2}, nil), b.Ints(32, 32)) // a weight gradient's window of the input
+	wgrad := b.MatMul(window, window)
+	dense := b.MatMul(yr, yr)
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	g.Outputs = []string{conv, wgrad, dense}
+	gpu, err := LookupGPU("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	producers := g.Producers()
+	rates := map[*graph.Node]float64{}
+	costs := costGraph(g, gpu, StepOptions{TF32: true, low: dtype.BFloat16, data: map[string]bool{"x": true, "y": true}})
+	for i, n := range g.Nodes {
+		rates[n] = costs[i].rate
+	}
+	if r := rates[producers[wgrad]]; r != gpu.TF32 {
+		t.Errorf("the weight gradient's GEMM at %.3g FLOP/s; want TF32's %.3g", r, gpu.TF32)
+	}
+	if r := rates[producers[dense]]; r != gpu.Tensor16 {
+		t.Errorf("the dense GEMM at %.3g FLOP/s; want the tensor cores' %.3g", r, gpu.Tensor16)
+	}
+	if r := rates[producers[conv]]; r != gpu.TF32 {
+		t.Errorf("the convolution at %.3g FLOP/s; want TF32's %.3g", r, gpu.TF32)
+	}
+}

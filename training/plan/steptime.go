@@ -81,8 +81,9 @@ const (
 	classGEMM            = "gemm"              // MatMul, Gemm: cuBLAS
 	// A MatMul summing 2^16 or more terms into each output (a volume's
 	// weight gradient: M, N the channels, K the voxels): cuBLAS has few
-	// output tiles to spread over the GPU, and in bfloat16 ran them far
-	// below float16's rate.
+	// output tiles to spread over the GPU (in float32 with TF32, as a
+	// bf16-mixed build's emulated convolutions' gradients run, far below
+	// the rate float16's reach).
 	classGEMMLongK = "gemm-long-k"
 	// The two volume classes above in float16, whose kernels run at a
 	// rate of their own (cuDNN's and cuBLAS's float16 paths, not their
@@ -148,16 +149,21 @@ var efficiencies = map[string]efficiency{
 	// Fitted on the VQ-GAN preset's synchronous profile (batch 1,
 	// bf16-mixed, ortrain 2549438, H200; testdata/profile-2549438-vqgan3d.tsv):
 	// its 111 float32 3-D Convs (TF32) took 1,189 ms, the largest 44 ms for
-	// 1.86 TFLOP (8.5% of TF32's peak), and its weight gradients' 666
-	// bfloat16 GEMMs over 2^20 to 2^23 voxels 693 ms.
+	// 1.86 TFLOP (8.5% of TF32's peak). The weight gradients' GEMMs of a
+	// convolution the device runs in float32 run in float32 too (TF32):
+	// c75eebf's 666, 243 of them 68.7 GFLOP over 2^16 voxels each, took
+	// 954 ms in bf16-mixed (testdata/profile-c75eebf-vqgan3d-bf16.tsv), 4
+	// % of TF32's peak. (2549438's file prices its long-K GEMMs, K over
+	// 2^20, at the tensor cores' rate, as plan then typed them: 522 ms
+	// at this efficiency against 674 measured.)
 	classConvVolume: {compute: 0.08, memory: 0.5},
-	classGEMMLongK:  {compute: 0.031, memory: 0.5},
+	classGEMMLongK:  {compute: 0.04, memory: 0.5},
 	// The same preset in 16-mixed (ortrain c75eebf's graph;
 	// testdata/profile-vqgan3d-16-mixed.tsv):
 	// its 111 float16 3-D Convs took 213 ms, 5.6 times faster than in
 	// TF32, and its 666 weight-gradient GEMMs (K 2^16 voxels, batched over
-	// the depth; 649 GB moved) 158 ms, at any GEMM's rates, where the
-	// profile above had 674 ms for the same FLOPs in bfloat16.
+	// the depth; 649 GB moved) 158 ms, at any GEMM's rates, where
+	// bf16-mixed's float32 ones took 954.
 	classConvVolume16: {compute: 0.22, memory: 0.5},
 	classGEMMLongK16:  {compute: 0.45, memory: 0.85},
 	classElem:         {compute: 0.5, memory: 0.82},
@@ -182,11 +188,15 @@ var efficiencies = map[string]efficiency{
 	// the device's build has (about 1 ms in ResNet-50's step, not priced).
 	classNormLow:   {compute: 0.5, memory: 0.38, perCall: 4 * LaunchSeconds},
 	classTranspose: {compute: 0.5, memory: 0.57},
-	classCopy:      {compute: 0.5, memory: 0.17},
-	// The VQ-GAN's 709 Slices, 661 GB a step (its volumes' kernel offsets
-	// for the weight gradients), took 395 ms in the same profile: twice the
-	// copies' rate (ResNet-50's three Slices tell nothing).
-	classSlice: {compute: 0.5, memory: 0.35},
+	// Copies and Slices are priced at 4 bytes an element (copyBytes):
+	// ResNet-50's float16 im2col Gathers and the VQ-GAN's float32 ones in
+	// bf16-mixed ran at 0.34 of the bandwidth so counted, and the VQ-GAN's
+	// 709 Slices (its volumes' kernel offsets for the weight gradients;
+	// ResNet-50's three tell nothing), 1,322 GB a step so counted, at 0.69
+	// in float16 and in float32 (the 16-mixed and bf16-mixed profiles of
+	// c75eebf's graph).
+	classCopy:  {compute: 0.5, memory: 0.34},
+	classSlice: {compute: 0.5, memory: 0.69},
 	classPool:  {compute: 0.5, memory: 0.17},
 	// ScatterElements copies its data input whole, then adds the updates:
 	// ResNet-50's loss gradient, 2.16 GB moved, took 1.21 ms (8166935's
@@ -507,11 +517,31 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			if (c.class == classElem || c.class == classCast) && touchesBF16(g, n, lowVal, o.low) {
 				c.class = bfloat16Class[c.class]
 			}
+			if c.class == classSlice || c.class == classCopy {
+				// ONNX Runtime's strided copies go by the element, not
+				// the byte: the VQ-GAN's 709 Slices took 416 ms in
+				// float16 and 422 in float32.
+				c.bytes = copyBytes(g, n)
+			}
 			c.seconds = kernelSeconds(c.class, c.rate, c.flops, c.bytes, gpu)
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// copyBytes is what a copy kernel is priced by: 4 bytes for every element
+// it reads and writes, whatever their type.
+func copyBytes(g *graph.Graph, n *graph.Node) float64 {
+	var elems int64
+	for _, vs := range [][]string{n.Inputs, n.Outputs} {
+		for _, v := range vs {
+			if info := g.Info(v); v != "" && info.Static() {
+				elems += dtype.Numel(info.Shape)
+			}
+		}
+	}
+	return 4 * float64(elems)
 }
 
 // bfloat16Class is the class of an element-wise op or Cast that reads or
@@ -575,6 +605,15 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 		activation[v] = true
 	}
 	up := map[string]bool{} // float32 copies of low values
+	// emulatedFrom: low values whose float32 copy a product the device
+	// lacks the low kernel for reads.
+	emulatedFrom := map[string]bool{}
+	for _, n := range g.Nodes {
+		if n.Op == "Cast" && dtype.DType(n.Int("to", 0)) == dtype.Float32 &&
+			slices.ContainsFunc(consumers[n.Outputs[0]], func(r *graph.Node) bool { return emulatedOn(r, low) }) {
+			emulatedFrom[n.Input(0)] = true
+		}
+	}
 	for _, n := range g.Nodes {
 		act := false
 		for _, in := range n.Inputs {
@@ -593,11 +632,16 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				lowVal[n.Outputs[0]] = true
 			case to == low:
 				lowVal[n.Outputs[0]] = true
+			case to == dtype.Float32 && isLow && emulatedFrom[from]:
+				// The rounded input of a convolution the device runs in
+				// float32 (or the recompute's copy of it): a float32 value
+				// there, and so is what its gradient computes from it (the
+				// weight gradient's GEMMs).
 			case to == dtype.Float32 && isLow:
 				lowVal[n.Outputs[0]], up[n.Outputs[0]] = true, true
 				needed := false
 				for _, r := range consumers[n.Outputs[0]] {
-					needed = needed || (precision.ClassOf(r) == precision.FP32 && !lowBN(r)) || emulatedOn(r, low)
+					needed = needed || (precision.ClassOf(r) == precision.FP32 && !lowBN(r))
 				}
 				elide[n] = !needed
 			}
@@ -607,8 +651,12 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			// precision.LowSoftmaxes: the device's build runs it low.
 			lowVal[n.Outputs[0]] = true
 		case precision.ClassOf(n) == precision.Low:
+			// A product runs low where it reads a low value: one reading
+			// only float32 ones (an emulated convolution's gradient) runs
+			// in float32 on the device too.
+			reads := slices.ContainsFunc(n.Inputs, func(in string) bool { return lowVal[in] })
 			for _, o := range n.Outputs {
-				lowVal[o] = g.Info(o).Float() && !emulatedOn(n, low)
+				lowVal[o] = g.Info(o).Float() && !emulatedOn(n, low) && reads
 			}
 		case precision.ClassOf(n) == precision.Follow:
 			sawLow, sawFull := false, false
@@ -879,6 +927,6 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		fmt.Fprintf(w, "  16-mixed   %.1f ms per step (%s%%): ONNX Runtime's CUDA provider has no bfloat16 Conv or ConvTranspose, so bf16-mixed runs the step's %d convolutions in float32 with TF32 (%.1f ms), 16-mixed in float16 (%.1f ms); --set trainer.precision=16-mixed, which adds dynamic loss scaling\n",
 			f.StepMS, strings.Replace(fmt.Sprintf("%+.0f", 100*(f.StepMS/st.StepMS-1)), "-", "−", 1), c.calls, c.ms, c16.ms)
 	}
-	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +7%% at batch 64 and +6%% at 128, the VQ-GAN at batch 1 −7%% in bf16-mixed and +8%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
+	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +6%% at batch 64 and +5%% at 128, the VQ-GAN at batch 1 +6%% in bf16-mixed and +9%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
 }

@@ -134,6 +134,7 @@ func TestStepTimeCalibration(t *testing.T) {
 		{"VQ-GAN preset, 2549438 graph, synchronous profile", "testdata/costs-2549438-vqgan3d.tsv", "testdata/profile-2549438-vqgan3d.tsv"},
 		{"ResNet-50, 8166935 graph, synchronous profile", "testdata/costs-8166935-resnet50.tsv", "testdata/profile-8166935-resnet50.tsv"},
 		{"VQ-GAN preset in 16-mixed, synchronous profile", "testdata/costs-vqgan3d-16-mixed.tsv", "testdata/profile-vqgan3d-16-mixed.tsv"},
+		{"VQ-GAN preset in bf16-mixed, c75eebf graph, synchronous profile", "testdata/costs-c75eebf-vqgan3d-bf16.tsv", "testdata/profile-c75eebf-vqgan3d-bf16.tsv"},
 		{"diffusion LM at batch 128, 8166935 graph, synchronous profile", "testdata/costs-8166935-bd3lm-b128.tsv", "testdata/profile-8166935-bd3lm-b128.tsv"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
