@@ -125,6 +125,11 @@ func (g *Graph) traceDims(n *Node) {
 			}
 		case n.Op == "Add" || n.Op == "Sub" || n.Op == "Mul" || n.Op == "Div" || n.Op == "Pow":
 			g.broadcastRoot(n, roots, a)
+		case n.Op == "Slice" && xi.Rank() == len(oi.Shape):
+			// An axis the Slice does not cut keeps its dimension.
+			if g.sliceKeeps(n, a, len(oi.Shape)) {
+				from(a, n.Input(0), a)
+			}
 		case n.Op == "Resize" && n.Input(3) != "":
 			if t, _, ok := g.shapeVector(n.Input(3)); ok && len(t) == len(oi.Shape) && len(n.Ints("axes")) == 0 {
 				if r, ok := g.symbolRoot(t[a]); ok {
@@ -155,6 +160,33 @@ func (g *Graph) traceDims(n *Node) {
 			}
 		}
 	}
+}
+
+// sliceKeeps reports whether Slice n, of rank r, leaves axis a whole: a
+// is not among its axes (by default the first len(starts) axes).
+func (g *Graph) sliceKeeps(n *Node, a, r int) bool {
+	var axes []int64
+	if n.Input(3) != "" {
+		v, ok := g.ConstInts(n.Input(3))
+		if !ok {
+			return false
+		}
+		axes = v
+	} else {
+		starts, ok := g.ConstInts(n.Input(1))
+		if !ok {
+			return false
+		}
+		for i := range starts {
+			axes = append(axes, int64(i))
+		}
+	}
+	for _, x := range axes {
+		if ax, ok := normAxis(x, r); !ok || int(ax) == a {
+			return false
+		}
+	}
+	return true
 }
 
 // broadcastRoot traces dimension a of an elementwise op's output: it is

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
 // TestRunFirst: leaf nodes named move to the end of the node list, the
@@ -135,6 +136,49 @@ func TestFoldShapes(t *testing.T) {
 		}
 		if info := g.Info(y); !slices.Equal(info.Shape, []int64{4, 15}) {
 			t.Errorf("reshaped to %v, want [4 15]", info)
+		}
+	}
+}
+
+// TestSameDimThroughSlice: a Slice keeps the batch of the axes it does not
+// cut (one half of a sequence, or of the heads' width, has the batch of
+// the whole); a Slice along the batch does not.
+func TestSameDimThroughSlice(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 8}})
+	b := NewBuilder(g, "")
+	half := b.Slice("x", []int64{4}, []int64{8}, []int64{-1}, nil)
+	firstRows := b.Slice("x", []int64{0}, []int64{2}, nil, nil) // no axes: the first axis
+	g.Outputs = []string{half, firstRows}
+	g.FoldShapes()
+	if !g.SameDim(half, 0, "x", 0) {
+		t.Errorf("the half along the last axis: its batch %v is not known to be x's", g.Info(half))
+	}
+	if g.SameDim(firstRows, 0, "x", 0) {
+		t.Errorf("two rows of the batch are said to be the whole batch")
+	}
+}
+
+// TestInferLayerNormStats: LayerNormalization's Mean and InvStdDev keep
+// the axes before axis, 1 for the normalised ones, in stash_type: the
+// backward reads them, and a size left unknown there priced every op
+// after it at nothing in plan.
+func TestInferLayerNormStats(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{2, 5, 8}})
+	g.AddInput("s", Info{DType: ort.Float32, Known: true, Shape: []int64{8}})
+	for _, tc := range []struct {
+		axis int64
+		want []int64
+	}{{-1, []int64{2, 5, 1}}, {1, []int64{2, 1, 1}}} {
+		n := &Node{Op: "LayerNormalization", Name: g.Fresh("ln"), Inputs: []string{"x", "s"},
+			Outputs: []string{g.Fresh("y"), g.Fresh("mean"), g.Fresh("invstd")}, Attrs: []*onnxpb.AttributeProto{AInt("axis", tc.axis)}}
+		g.Nodes = append(g.Nodes, n)
+		g.InferNode(n)
+		for _, o := range n.Outputs[1:] {
+			if info := g.Info(o); !info.Known || info.DType != ort.Float32 || !slices.Equal(info.Shape, tc.want) {
+				t.Errorf("axis %d: %s is %v, want float32%v", tc.axis, o, info, tc.want)
+			}
 		}
 	}
 }

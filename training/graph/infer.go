@@ -29,12 +29,13 @@ var inferRules = func() map[string]inferRule {
 	}
 	add(inferSame, "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sign", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Floor", "Ceil", "Round", "Clip",
-		"BatchNormTraining", "LayerNormalization", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
+		"BatchNormTraining", "Softplus", "Gelu", "FastGelu", "Sin", "Cos",
 		"InstanceNormalization", "GroupNormalization", "Trilu", "StopGradient", "UpdateBuffer", "TrainingOnly", "Not", "Celu", "Selu", "HardSigmoid", "HardSwish", "Mish", "Softsign",
 		"ThresholdedRelu", "Shrink", "PRelu", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
 		"LRN", "LpNormalization", "MeanVarianceNormalization", "Hardmax", "CumSum",
 		"ScatterElements", "ScatterND")
 	add(inferBatchNorm, "BatchNormalization")
+	add(inferLayerNorm, "LayerNormalization")
 	add(inferDropout, "Dropout")
 	add(inferCast, "Cast")
 	add(inferCastLike, "CastLike")

@@ -21,6 +21,28 @@ func inferBatchNorm(c *inferCtx) {
 	}
 }
 
+// inferLayerNorm: Mean and InvStdDev, where asked for, keep the axes
+// before axis and have 1 for the normalised ones, in stash_type (float32
+// by default).
+func inferLayerNorm(c *inferCtx) {
+	c.set(0, c.x)
+	if len(c.n.Outputs) < 2 || !c.x.Known {
+		return
+	}
+	axis, ok := normAxis(c.n.Int("axis", -1), len(c.x.Shape))
+	if !ok {
+		return
+	}
+	shape := slices.Clone(c.x.Shape)
+	for i := int(axis); i < len(shape); i++ {
+		shape[i] = 1
+	}
+	stat := Info{DType: dtype.DType(c.n.Int("stash_type", int64(dtype.Float32))), Known: true, Shape: shape}
+	for i := 1; i < len(c.n.Outputs) && i < 3; i++ {
+		c.set(i, stat)
+	}
+}
+
 func inferDropout(c *inferCtx) {
 	c.set(0, c.x)
 	if len(c.n.Outputs) > 1 {
