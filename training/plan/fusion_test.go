@@ -135,3 +135,28 @@ func TestEmulatedConvGradientsRunFloat32(t *testing.T) {
 		t.Errorf("the convolution at %.3g FLOP/s; want TF32's %.3g", r, gpu.TF32)
 	}
 }
+
+// TestBackwardOpsOnLowValuesRunLow: an op autocast keeps in float32
+// (Exp) that autodiff wrote over low values (a GELU's gradient) runs in
+// the low type on the device; the same op over a float32 copy autocast
+// made for it runs in float32.
+func TestBackwardOpsOnLowValuesRunLow(t *testing.T) {
+	g := graph.New("low", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{64, 64}})
+	b := graph.NewBuilder(g, "")
+	low := b.Op("Cast", []string{"x"}, graph.AInt("to", int64(dtype.BFloat16)))
+	up := b.Op("Cast", []string{low}, graph.AInt("to", int64(dtype.Float32))) // autocast's copy for a float32 op
+	forward := b.Exp(up)
+	backward := b.Exp(b.Mul(up, b.Scalar(dtype.Float32, 2))) // over a low value a Follow op computed
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	g.Outputs = []string{forward, backward}
+	lowVal, _ := lowTyping(g, map[string]bool{"x": true}, dtype.BFloat16)
+	if lowVal[forward] {
+		t.Errorf("the Exp of autocast's float32 copy is typed low")
+	}
+	if !lowVal[backward] {
+		t.Errorf("the Exp over a low value is typed float32")
+	}
+}
