@@ -201,6 +201,12 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 			}
 			continue
 		}
+		if c, ok := geluPattern(g, n, prod, readers, outputs); ok {
+			if active[c.x] && reach[c.x] {
+				grads[c.x] = append(grads[c.x], geluChainGrad(b, c, dy[0]))
+			}
+			continue
+		}
 		need := make([]bool, len(n.Inputs))
 		for i, in := range n.Inputs {
 			need[i] = in != "" && active[in] && reach[in]

@@ -1,6 +1,9 @@
 package autodiff_test
 
 import (
+	"math"
+
+	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -34,6 +37,16 @@ func boolConst(b *graph.Builder, dims []int64, v ...bool) string {
 var moreCases = []fdCase{
 	{name: "Erf", dtype: f32, ins: ins(normal, s(2, 3)), build: op("Erf")},
 	{name: "Erf/gelu-exported-erf-form", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string { return b.Gelu(x[0]) }},
+	// torch.onnx's form, x·A first, then the half; and a chain with other
+	// constants (h 0.3, c 2, u = 0.9·x), which geluChainGrad also takes.
+	{name: "Erf/gelu-torch-export-form", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
+		a := b.Add(b.Erf(b.Div(x[0], b.Scalar(dtype.Float32, math.Sqrt2))), b.Scalar(dtype.Float32, 1))
+		return b.Mul(b.Mul(x[0], a), b.Scalar(dtype.Float32, 0.5))
+	}},
+	{name: "Erf/gelu-form-other-constants", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
+		a := b.Add(b.Scalar(dtype.Float32, 2), b.Erf(b.Mul(b.Scalar(dtype.Float32, 0.9), x[0])))
+		return b.Mul(a, b.Mul(b.Scalar(dtype.Float32, 0.3), x[0]))
+	}},
 	{name: "Tanh/gelu-exported-tanh-form", dtype: f64, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
 		c := func(v float64) string { return b.Scalar(f64, v) }
 		inner := b.Mul(c(0.7978845608028654), b.Add(x[0], b.Mul(c(0.044715), b.Pow(x[0], c(3)))))

@@ -1,0 +1,148 @@
+package autodiff
+
+import (
+	"math"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// geluChain is the exact GELU as exporters write it in elementary ops,
+// m = h·x·A with A = c + erf(u), u = k·x (x/√2 as a Div by √2 or a Mul by
+// 1/√2; h = ½ and c = 1 in GELU, any constants here), either as
+// Mul(Mul(x, h), A) or as Mul(Mul(x, A), h), with the operands of each
+// product in either order.
+type geluChain struct {
+	x, u, a string  // the input, the erf's argument, A
+	h, k    float64 // the outer scale and x's factor in u
+}
+
+// geluPattern matches the chain ending at n, each inner value read by the
+// next op of the chain alone. Differentiated op by op it takes ten
+// element-wise passes over the MLP's widest activation; geluChainGrad
+// writes its derivative in seven.
+func geluPattern(g *graph.Graph, n *graph.Node, prod map[string]*graph.Node, readers map[string]int, outputs map[string]bool) (geluChain, bool) {
+	var none geluChain
+	if n.Op != "Mul" || n.Domain != "" || len(n.Inputs) != 2 {
+		return none, false
+	}
+	inner := func(v, op string) *graph.Node {
+		p := prod[v]
+		if p == nil || p.Op != op || p.Domain != "" || len(p.Inputs) != 2 || readers[v] != 1 || outputs[v] {
+			return nil
+		}
+		return p
+	}
+	scalar := func(v string) (float64, bool) { return scalarValue(g, prod, v) }
+	// erfSum matches A = c + erf(u), u = k·x, returning x, u and k.
+	erfSum := func(av string) (x, u string, k float64, ok bool) {
+		add := inner(av, "Add")
+		if add == nil {
+			return "", "", 0, false
+		}
+		for i := range 2 {
+			erf := prod[add.Inputs[i]]
+			if _, isConst := scalar(add.Inputs[1-i]); !isConst || erf == nil || erf.Op != "Erf" || erf.Domain != "" ||
+				readers[add.Inputs[i]] != 1 || outputs[add.Inputs[i]] {
+				continue
+			}
+			u = erf.Inputs[0]
+			if readers[u] != 1 || outputs[u] {
+				return "", "", 0, false
+			}
+			if p := inner(u, "Div"); p != nil {
+				if d, ok := scalar(p.Inputs[1]); ok && d != 0 {
+					return p.Inputs[0], u, 1 / d, true
+				}
+			}
+			if p := inner(u, "Mul"); p != nil {
+				for j := range 2 {
+					if f, ok := scalar(p.Inputs[j]); ok {
+						return p.Inputs[1-j], u, f, true
+					}
+				}
+			}
+		}
+		return "", "", 0, false
+	}
+	for i := range 2 {
+		left, right := n.Inputs[i], n.Inputs[1-i]
+		// Mul(Mul(x, h), A): right is A, left the scaled x.
+		if p := inner(left, "Mul"); p != nil {
+			if x, u, k, ok := erfSum(right); ok {
+				for j := range 2 {
+					if h, isConst := scalar(p.Inputs[j]); isConst && p.Inputs[1-j] == x {
+						return geluChain{x: x, u: u, a: right, h: h, k: k}, true
+					}
+				}
+			}
+		}
+		// Mul(Mul(x, A), h): right is h.
+		if h, isConst := scalar(right); isConst {
+			if p := inner(left, "Mul"); p != nil {
+				for j := range 2 {
+					if x, u, k, ok := erfSum(p.Inputs[j]); ok && p.Inputs[1-j] == x {
+						return geluChain{x: x, u: u, a: p.Inputs[j], h: h, k: k}, true
+					}
+				}
+			}
+		}
+	}
+	return none, false
+}
+
+// geluChainGrad is x's gradient through the chain: with e = exp(−u²),
+// dm/dx = h·A + h·x·(2k/√π)·e, the second term's constant folded into the
+// exponent where it is positive: dx = g·(h·A + x·exp(ln(2hk/√π) − u²)).
+func geluChainGrad(b *B, c geluChain, dy string) string {
+	w := b.Mul(c.u, c.u)
+	coef := 2 * c.h * c.k / math.Sqrt(math.Pi)
+	var t string
+	if coef > 0 {
+		t = b.Mul(c.x, b.Exp(b.Sub(b.ScalarLike(w, math.Log(coef)), w)))
+	} else {
+		t = b.Mul(b.Mul(c.x, b.Exp(b.Neg(w))), b.ScalarLike(w, coef))
+	}
+	ha := c.a
+	if c.h != 1 {
+		ha = b.Mul(c.a, b.ScalarLike(c.a, c.h))
+	}
+	return b.Mul(dy, b.Add(ha, t))
+}
+
+// scalarValue is the value of a one-element float constant v: an
+// initializer, or a Cast of one (mixed precision's copy in the low type,
+// whose rounded value it returns as the Cast would round it).
+func scalarValue(g *graph.Graph, prod map[string]*graph.Node, v string) (float64, bool) {
+	if p := prod[v]; p != nil && p.Op == "Cast" && p.Domain == "" {
+		f, ok := scalarValue(g, prod, p.Inputs[0])
+		if !ok {
+			return 0, false
+		}
+		switch dtype.DType(p.Int("to", 0)) {
+		case dtype.BFloat16, dtype.Float16, dtype.Float32:
+			return roundTo(f, dtype.DType(p.Int("to", 0))), true
+		}
+		return 0, false
+	}
+	t := g.Initializers[v]
+	if t == nil || graph.Numel(t) != 1 || !g.Info(v).Float() {
+		return 0, false
+	}
+	f, err := graph.FloatData(t)
+	if err != nil || len(f) != 1 {
+		return 0, false
+	}
+	return f[0], true
+}
+
+// roundTo is f as a Cast to dt holds it.
+func roundTo(f float64, dt dtype.DType) float64 {
+	switch dt {
+	case dtype.BFloat16:
+		return float64(dtype.ToBFloat16(float32(f)).Float32())
+	case dtype.Float16:
+		return float64(dtype.ToFloat16(float32(f)).Float32())
+	}
+	return float64(float32(f))
+}

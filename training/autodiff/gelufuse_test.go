@@ -1,0 +1,81 @@
+package autodiff_test
+
+import (
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
+)
+
+// TestGeluChainSevenPasses: the exact GELU in elementary ops (the
+// builder's form, torch.onnx's form, and the same under mixed precision's
+// bfloat16 constants) gets its input's gradient in seven element-wise
+// nodes instead of the ten the rules one by one write; a chain whose erf
+// is read elsewhere too keeps the rules one by one.
+func TestGeluChainSevenPasses(t *testing.T) {
+	backward := func(low bool, form func(b *graph.Builder, x string) (string, string)) int {
+		g := graph.New("mlp", graph.EmitOpset)
+		dt := dtype.Float32
+		if low {
+			dt = dtype.BFloat16
+		}
+		g.AddInput("x", graph.Info{DType: dt, Known: true, Shape: []int64{4, 16}})
+		b := graph.NewBuilder(g, "fwd/")
+		m, extra := form(b, "x")
+		loss := b.ReduceSum(m, false)
+		if extra != "" {
+			loss = b.Add(loss, b.ReduceSum(extra, false))
+		}
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		before := len(g.Nodes)
+		if _, err := autodiff.Gradients(g, loss, []string{"x"}, "grad/"); err != nil {
+			t.Fatal(err)
+		}
+		elementwise := 0
+		for _, n := range g.Nodes[before:] {
+			switch n.Op {
+			case "Mul", "Add", "Sub", "Neg", "Exp", "Erf", "Div", "Sum":
+				elementwise++
+			}
+		}
+		return elementwise
+	}
+	constant := func(b *graph.Builder, x string, v float64) string {
+		c := b.Scalar(dtype.Float32, v)
+		if b.G.Info(x).DType == dtype.BFloat16 {
+			c = b.Cast(c, dtype.BFloat16) // as autocast casts a constant
+		}
+		return c
+	}
+	builder := func(b *graph.Builder, x string) (string, string) {
+		a := b.Add(constant(b, x, 1), b.Erf(b.Div(x, constant(b, x, 1.4142135623730951))))
+		return b.Mul(b.Mul(x, constant(b, x, 0.5)), a), ""
+	}
+	torchForm := func(b *graph.Builder, x string) (string, string) {
+		a := b.Add(b.Erf(b.Mul(x, constant(b, x, 0.7071067811865476))), constant(b, x, 1))
+		return b.Mul(b.Mul(x, a), constant(b, x, 0.5)), ""
+	}
+	erfShared := func(b *graph.Builder, x string) (string, string) {
+		e := b.Erf(b.Div(x, constant(b, x, 1.4142135623730951)))
+		return b.Mul(b.Mul(x, constant(b, x, 0.5)), b.Add(constant(b, x, 1), e)), e
+	}
+	for _, tc := range []struct {
+		name string
+		low  bool
+		form func(b *graph.Builder, x string) (string, string)
+	}{
+		{"builder form", false, builder},
+		{"torch.onnx form", false, torchForm},
+		{"bfloat16 constants", true, builder},
+	} {
+		if n := backward(tc.low, tc.form); n != 7 {
+			t.Errorf("%s: %d element-wise backward nodes, want 7 (the rules one by one write 12 to 14 here)", tc.name, n)
+		}
+	}
+	if n := backward(false, erfShared); n <= 7 {
+		t.Errorf("erf read twice: %d element-wise backward nodes; the pattern must not take a chain whose inner value another op reads", n)
+	}
+}
