@@ -47,6 +47,10 @@ var moreCases = []fdCase{
 		a := b.Add(b.Scalar(dtype.Float32, 2), b.Erf(b.Mul(b.Scalar(dtype.Float32, 0.9), x[0])))
 		return b.Mul(a, b.Mul(b.Scalar(dtype.Float32, 0.3), x[0]))
 	}},
+	{name: "Erf/gelu-form-negative-scale", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
+		a := b.Add(b.Erf(b.Div(x[0], b.Scalar(dtype.Float32, 1.7))), b.Scalar(dtype.Float32, 1))
+		return b.Mul(b.Mul(x[0], a), b.Scalar(dtype.Float32, -0.4))
+	}},
 	{name: "Tanh/gelu-exported-tanh-form", dtype: f64, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
 		c := func(v float64) string { return b.Scalar(f64, v) }
 		inner := b.Mul(c(0.7978845608028654), b.Add(x[0], b.Mul(c(0.044715), b.Pow(x[0], c(3)))))
