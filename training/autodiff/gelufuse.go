@@ -125,15 +125,7 @@ func scalarValue(g *graph.Graph, prod map[string]*graph.Node, v string) (float64
 		}
 		return 0, false
 	}
-	t := g.Initializers[v]
-	if t == nil || graph.Numel(t) != 1 || !g.Info(v).Float() {
-		return 0, false
-	}
-	f, err := graph.FloatData(t)
-	if err != nil || len(f) != 1 {
-		return 0, false
-	}
-	return f[0], true
+	return g.ScalarConst(v)
 }
 
 // roundTo is f as a Cast to dt holds it.

@@ -68,7 +68,7 @@ func (g *Graph) scaledProduct(n *Node, producers map[string]*Node, consumers map
 		if n.Op == "Div" && k == 0 {
 			continue
 		}
-		c, ok := g.scalarConst(v)
+		c, ok := g.ScalarConst(v)
 		if !ok {
 			continue
 		}
@@ -91,8 +91,8 @@ func (g *Graph) scaledProduct(n *Node, producers map[string]*Node, consumers map
 	return nil, 0, false
 }
 
-// scalarConst returns the value of a one-element float initializer.
-func (g *Graph) scalarConst(v string) (float64, bool) {
+// ScalarConst returns the value of a one-element float initializer.
+func (g *Graph) ScalarConst(v string) (float64, bool) {
 	t := g.Initializers[v]
 	if t == nil || Numel(t) != 1 || !g.Info(v).Float() {
 		return 0, false
