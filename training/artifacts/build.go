@@ -492,6 +492,10 @@ func stateInputs(m *Manifest) []string {
 
 // trainingGraph: forward in training mode, the loss, the gradients, and
 // acc.out = grad + (reset ? 0 : acc) per parameter.
+// GradientPrefix begins the names of the nodes the backward pass adds to
+// the training graph (plan tells them from the forward's by it).
+const GradientPrefix = "grad/"
+
 func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest, conv autodiff.ConvForm) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "training"
@@ -529,7 +533,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 		return nil, &Error{fmt.Sprintf("%sthe loss does not depend on the parameters %s through differentiable ops (or a stop-gradient cuts them off), so their gradient would always be zero: freeze them with --frozen GLOB (config model.frozen), or train only what the loss reaches with --trainable GLOB", which, strings.Join(un, ", "))}
 	}
 	forward := len(g.Nodes)
-	grads, err := autodiff.GradientsWith(g, seed, trainable, "grad/", autodiff.Options{ConvForm: conv})
+	grads, err := autodiff.GradientsWith(g, seed, trainable, GradientPrefix, autodiff.Options{ConvForm: conv})
 	if err != nil {
 		return nil, err
 	}
@@ -553,7 +557,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	// (see RunFirst below); the trainer keeps ONNX Runtime from
 	// eliminating them (EliminateIdentity), and the graph has no other.
 	outs := []string{loss.Name}
-	b := graph.NewBuilder(g, "grad/")
+	b := graph.NewBuilder(g, GradientPrefix)
 	for _, p := range trainable {
 		out := b.OpInto(optim.Out(optim.GradName(p)), "Identity", []string{grads[p]})
 		m.Gradients = append(m.Gradients, Gradient{Param: p, Out: out})

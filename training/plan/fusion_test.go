@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/graph"
 )
 
@@ -137,26 +138,30 @@ func TestEmulatedConvGradientsRunFloat32(t *testing.T) {
 }
 
 // TestBackwardOpsOnLowValuesRunLow: an op autocast keeps in float32
-// (Exp) that autodiff wrote over low values (a GELU's gradient) runs in
-// the low type on the device; the same op over a float32 copy autocast
-// made for it runs in float32.
+// (Exp) that autodiff wrote over low values (a GELU's gradient, named
+// under artifacts.GradientPrefix) runs in the low type on the device; the
+// same op in the forward runs in float32, over autocast's float32 copy or
+// over a value an element-wise op computed (a GroupNorm's mean of a
+// residual sum, which autocast casts up on the device).
 func TestBackwardOpsOnLowValuesRunLow(t *testing.T) {
 	g := graph.New("low", graph.EmitOpset)
 	g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{64, 64}})
-	b := graph.NewBuilder(g, "")
-	low := b.Op("Cast", []string{"x"}, graph.AInt("to", int64(dtype.BFloat16)))
-	up := b.Op("Cast", []string{low}, graph.AInt("to", int64(dtype.Float32))) // autocast's copy for a float32 op
-	forward := b.Exp(up)
-	backward := b.Exp(b.Mul(up, b.Scalar(dtype.Float32, 2))) // over a low value a Follow op computed
-	if b.Err != nil {
-		t.Fatal(b.Err)
+	fwd := graph.NewBuilder(g, "")
+	low := fwd.Op("Cast", []string{"x"}, graph.AInt("to", int64(dtype.BFloat16)))
+	up := fwd.Op("Cast", []string{low}, graph.AInt("to", int64(dtype.Float32))) // autocast's copy for a float32 op
+	doubled := fwd.Mul(up, fwd.Scalar(dtype.Float32, 2))
+	forward := fwd.Exp(up)
+	forwardComputed := fwd.Exp(doubled)
+	backward := graph.NewBuilder(g, artifacts.GradientPrefix).Exp(doubled)
+	if fwd.Err != nil {
+		t.Fatal(fwd.Err)
 	}
-	g.Outputs = []string{forward, backward}
+	g.Outputs = []string{forward, forwardComputed, backward}
 	lowVal, _ := lowTyping(g, map[string]bool{"x": true}, dtype.BFloat16)
-	if lowVal[forward] {
-		t.Errorf("the Exp of autocast's float32 copy is typed low")
+	if lowVal[forward] || lowVal[forwardComputed] {
+		t.Errorf("a forward Exp is typed low (of the float32 copy: %v; of a computed low value: %v)", lowVal[forward], lowVal[forwardComputed])
 	}
 	if !lowVal[backward] {
-		t.Errorf("the Exp over a low value is typed float32")
+		t.Errorf("the backward's Exp over a low value is typed float32")
 	}
 }

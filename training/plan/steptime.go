@@ -658,10 +658,12 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			for _, o := range n.Outputs {
 				lowVal[o] = g.Info(o).Float() && !emulatedOn(n, low) && reads
 			}
-		case precision.ClassOf(n) == precision.FP32 && readsLowOnly(n, activation, lowVal, up):
+		case precision.ClassOf(n) == precision.FP32 && strings.HasPrefix(n.Name, artifacts.GradientPrefix) && readsLowOnly(n, activation, lowVal, up):
 			// A float32 op autodiff wrote over low values (a GELU's or a
 			// softmax's gradient): autocast typed only the forward's, so
-			// on the device it runs in the low type of what it reads.
+			// on the device it runs in the low type of what it reads. A
+			// forward one reads float32 there, whatever computed its input
+			// on the CPU: autocast casts it up.
 			for _, o := range n.Outputs {
 				lowVal[o] = g.Info(o).Float()
 			}
@@ -951,6 +953,6 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		fmt.Fprintf(w, "  16-mixed   %.1f ms per step (%s%%): ONNX Runtime's CUDA provider has no bfloat16 Conv or ConvTranspose, so bf16-mixed runs the step's %d convolutions in float32 with TF32 (%.1f ms), 16-mixed in float16 (%.1f ms); --set trainer.precision=16-mixed, which adds dynamic loss scaling\n",
 			f.StepMS, strings.Replace(fmt.Sprintf("%+.0f", 100*(f.StepMS/st.StepMS-1)), "-", "−", 1), c.calls, c.ms, c16.ms)
 	}
-	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +10%% at batch 64 and +9%% at 128, the VQ-GAN at batch 1 +3%% in bf16-mixed and −7%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
+	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +10%% at batch 64 and +9%% at 128, the VQ-GAN at batch 1 +6%% in bf16-mixed and +9%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
 }
