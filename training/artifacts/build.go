@@ -132,6 +132,7 @@ func Build(opts Options) (*Manifest, error) {
 	}
 	g.FoldShapes()
 	g.HoistScales()
+	g.SinkScales()
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
 		return nil, err
 	}

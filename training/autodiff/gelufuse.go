@@ -11,7 +11,8 @@ import (
 // m = h·x·A with A = c + erf(u), u = k·x (x/√2 as a Div by √2 or a Mul by
 // 1/√2; h = ½ and c = 1 in GELU, any constants here), either as
 // Mul(Mul(x, h), A) or as Mul(Mul(x, A), h), with the operands of each
-// product in either order.
+// product in either order; or Mul(x, A), h = 1, where graph.SinkScales
+// moved GELU's ½ onto the weight of the product after it.
 type geluChain struct {
 	x, u, a string  // the input, the erf's argument, A
 	h, k    float64 // the outer scale and x's factor in u
@@ -88,15 +89,29 @@ func geluPattern(g *graph.Graph, n *graph.Node, prod map[string]*graph.Node, rea
 			}
 		}
 	}
+	// Mul(x, A): no scale.
+	for i := range 2 {
+		if x, u, k, ok := erfSum(n.Inputs[i]); ok && n.Inputs[1-i] == x {
+			return geluChain{x: x, u: u, a: n.Inputs[i], h: 1, k: k}, true
+		}
+	}
 	return none, false
 }
 
 // geluChainGrad is x's gradient through the chain: with e = exp(−u²),
 // dm/dx = h·A + h·x·(2k/√π)·e, the second term's constant folded into the
 // exponent where it is positive: dx = g·(h·A + x·exp(ln(2hk/√π) − u²)).
+// A scale h by a power of two goes on g instead, exactly, and the rest is
+// the chain's with h = 1: so a chain whose ½ graph.SinkScales moved onto
+// the next product's weight (whose g then comes scaled by ½ already) has
+// the gradient of the chain as written, bit for bit.
 func geluChainGrad(b *B, c geluChain, dy string) string {
+	h := c.h
+	if frac, _ := math.Frexp(math.Abs(h)); frac == 0.5 && h != 1 {
+		dy, h = b.Mul(dy, b.ScalarLike(dy, h)), 1
+	}
 	w := b.Mul(c.u, c.u)
-	coef := 2 * c.h * c.k / math.Sqrt(math.Pi)
+	coef := 2 * h * c.k / math.Sqrt(math.Pi)
 	var t string
 	if coef > 0 {
 		t = b.Mul(c.x, b.Exp(b.Sub(b.ScalarLike(w, math.Log(coef)), w)))
@@ -104,8 +119,8 @@ func geluChainGrad(b *B, c geluChain, dy string) string {
 		t = b.Mul(b.Mul(c.x, b.Exp(b.Neg(w))), b.ScalarLike(w, coef))
 	}
 	ha := c.a
-	if c.h != 1 {
-		ha = b.Mul(c.a, b.ScalarLike(c.a, c.h))
+	if h != 1 {
+		ha = b.Mul(c.a, b.ScalarLike(c.a, h))
 	}
 	return b.Mul(dy, b.Add(ha, t))
 }

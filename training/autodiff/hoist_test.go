@@ -84,3 +84,77 @@ func TestHoistScalesExact(t *testing.T) {
 		}
 	}
 }
+
+// TestSinkScalesExact: a GELU MLP, MatMul(gelu(MatMul(x, W1)), W2), with
+// GELU as the builder and torch.onnx write it (½ on x, or on x·A), has the
+// ½ moved onto W2, so the chain's gradient is differentiated without a
+// scale. The loss and the gradients of x, W1 and W2 are bit for bit those
+// of the graph as written, in float32 and with bfloat16-rounded operands.
+func TestSinkScalesExact(t *testing.T) {
+	orttest.Init(t)
+	for _, rounded := range []bool{false, true} {
+		for _, torchForm := range []bool{false, true} {
+			build := func(sink bool) *graph.Graph {
+				g := graph.New("mlp", graph.EmitOpset)
+				g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 8, 4}})
+				g.AddInput("w1", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{4, 16}})
+				g.AddInput("w2", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{16, 4}})
+				b := graph.NewBuilder(g, "")
+				round := func(x string) string {
+					if !rounded {
+						return x
+					}
+					return b.Cast(b.Cast(x, dtype.BFloat16), dtype.Float32)
+				}
+				h := round(b.MatMul(round("x"), round("w1")))
+				a := b.Add(b.Erf(b.Div(h, b.Scalar(dtype.Float32, math.Sqrt2))), b.Scalar(dtype.Float32, 1))
+				var gelu string
+				if torchForm {
+					gelu = b.Mul(b.Mul(h, a), b.Scalar(dtype.Float32, 0.5))
+				} else {
+					gelu = b.Mul(b.Mul(h, b.Scalar(dtype.Float32, 0.5)), a)
+				}
+				y := b.MatMul(gelu, "w2")
+				loss := b.ReduceSum(b.Mul(y, y), false)
+				if b.Err != nil {
+					t.Fatal(b.Err)
+				}
+				if sink {
+					if n := g.SinkScales(); n != 1 {
+						t.Errorf("rounded %v, torch form %v: %d scales moved, want 1", rounded, torchForm, n)
+					}
+				}
+				grads, err := autodiff.GradientsWith(g, loss, []string{"x", "w1", "w2"}, "grad/", autodiff.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.Outputs = []string{loss, grads["x"], grads["w1"], grads["w2"]}
+				return g
+			}
+			feed := map[string]*ort.Value{}
+			r := rand.New(rand.NewPCG(9, 10))
+			for in, shape := range map[string][]int64{"x": {2, 8, 4}, "w1": {4, 16}, "w2": {16, 4}} {
+				vals := make([]float32, shape[0]*shape[1]*max(1, shape[len(shape)-1]*int64(len(shape)-2)))
+				vals = vals[:dtype.Numel(shape)]
+				for i := range vals {
+					vals[i] = float32(r.NormFloat64())
+				}
+				v, err := ort.NewTensor(shape, vals)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer v.Close()
+				feed[in] = v
+			}
+			unfused := ort.Options{DisabledOptimizers: []string{"MatMulScaleFusion"}}
+			want, got := runOutputsWith(t, build(false), feed, unfused), runOutputsWith(t, build(true), feed, unfused)
+			for k := range want {
+				for i := range want[k] {
+					if math.Float64bits(want[k][i]) != math.Float64bits(got[k][i]) {
+						t.Fatalf("rounded %v, torch form %v: output %d [%d] is %g with the scale moved, %g as written", rounded, torchForm, k, i, got[k][i], want[k][i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -47,6 +47,16 @@ var moreCases = []fdCase{
 		a := b.Add(b.Scalar(dtype.Float32, 2), b.Erf(b.Mul(b.Scalar(dtype.Float32, 0.9), x[0])))
 		return b.Mul(a, b.Mul(b.Scalar(dtype.Float32, 0.3), x[0]))
 	}},
+	// Without the half (graph.SinkScales moves it onto the next product),
+	// and with a scale by −2, a power of two the rule applies to the
+	// incoming gradient.
+	{name: "Erf/gelu-form-unscaled", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
+		return b.Mul(x[0], b.Add(b.Erf(b.Div(x[0], b.Scalar(dtype.Float32, math.Sqrt2))), b.Scalar(dtype.Float32, 1)))
+	}},
+	{name: "Erf/gelu-form-power-of-two-scale", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
+		a := b.Add(b.Erf(b.Div(x[0], b.Scalar(dtype.Float32, 1.3))), b.Scalar(dtype.Float32, 0.5))
+		return b.Mul(b.Mul(x[0], b.Scalar(dtype.Float32, -2)), a)
+	}},
 	{name: "Erf/gelu-form-negative-scale", dtype: f32, ins: ins(normal, s(3, 4)), build: func(b *graph.Builder, x []string) string {
 		a := b.Add(b.Erf(b.Div(x[0], b.Scalar(dtype.Float32, 1.7))), b.Scalar(dtype.Float32, 1))
 		return b.Mul(b.Mul(x[0], a), b.Scalar(dtype.Float32, -0.4))

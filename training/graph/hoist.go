@@ -137,3 +137,138 @@ func (g *Graph) smallerOperand(m *Node) int {
 	}
 	return best
 }
+
+// SinkScales moves a scale by a power of two off a MatMul's operand onto
+// its other operand where that one is smaller: the scale sits on the
+// operand itself (Mul by 2^k, or Div) or one product deeper
+// (Mul(Mul(x, 2^k), y) is Mul(Mul(x, y), 2^k)), each value on the way read
+// by the next alone. The exact GELU as exporters write it,
+// Mul(Mul(x, ½), A) or Mul(Mul(x, A), ½), feeds a transformer MLP's second
+// product: MatMul(Mul(x, A), Mul(W, ½)) scales the weight [K, N] rather
+// than the activation [B, L, K], one element-wise pass fewer over the
+// MLP's widest activation in the forward, and one in the backward, where
+// the chain's gradient has no scale left to apply. The values are the
+// same bit for bit, as for HoistScales. It returns the number of scales
+// moved.
+func (g *Graph) SinkScales() int {
+	producers, consumers := g.Producers(), g.Consumers()
+	outputs := g.OutputSet()
+	readBy := func(v string, n *Node) bool {
+		return len(consumers[v]) == 1 && consumers[v][0] == n && !outputs[v]
+	}
+	drop := map[*Node]bool{}
+	before := map[*Node][]*Node{}
+	moved := 0
+	for _, m := range g.Nodes {
+		if m.Op != "MatMul" || m.Domain != "" || len(m.Inputs) != 2 || len(m.Outputs) != 1 {
+			continue
+		}
+		for i := range 2 {
+			v, other := m.Inputs[i], m.Inputs[1-i]
+			n := producers[v]
+			if n == nil || drop[n] || n.Domain != "" || !readBy(v, m) || !g.fewerElements(other, v) || g.Info(other).DType != g.Info(v).DType {
+				continue
+			}
+			var factor float64
+			if x, f, ok := g.powerScale(n); ok {
+				m.Inputs[i], factor = x, f
+				drop[n] = true
+			} else if n.Op == "Mul" && len(n.Inputs) == 2 {
+				for j, in := range n.Inputs {
+					p := producers[in]
+					if p == nil || drop[p] || p.Domain != "" || !readBy(in, n) {
+						continue
+					}
+					if x, f, ok := g.powerScale(p); ok {
+						n.Inputs[j], factor = x, f
+						drop[p] = true
+						break
+					}
+				}
+			}
+			if factor == 0 {
+				continue
+			}
+			t, err := Floats("", g.Info(other).DType, nil, []float64{factor})
+			if err != nil {
+				continue // the scale has gone from v: cannot happen for a float operand
+			}
+			b := NewBuilder(g, m.Name+"/")
+			scaled := &Node{Op: "Mul", Name: g.Fresh(m.Name + "/sunk"), Inputs: []string{other, b.Const(t)},
+				Outputs: []string{g.Fresh(other + "/scaled")}}
+			g.AddNode(scaled)
+			g.Nodes = g.Nodes[:len(g.Nodes)-1] // placed below, just before m
+			m.Inputs[1-i] = scaled.Outputs[0]
+			before[m] = append(before[m], scaled)
+			moved++
+			break
+		}
+	}
+	if moved == 0 {
+		return 0
+	}
+	var out []*Node
+	for _, n := range g.Nodes {
+		if drop[n] {
+			continue
+		}
+		out = append(out, before[n]...)
+		out = append(out, n)
+	}
+	g.Nodes = out
+	return moved
+}
+
+// powerScale reports whether n scales a value by a power of two, as
+// Mul(x, 2^k) (either order) or Div(x, 2^k), keeping its type and rank, and
+// returns x and the factor.
+func (g *Graph) powerScale(n *Node) (string, float64, bool) {
+	if (n.Op != "Mul" && n.Op != "Div") || n.Domain != "" || len(n.Inputs) != 2 || len(n.Outputs) != 1 {
+		return "", 0, false
+	}
+	for k, s := range n.Inputs {
+		if n.Op == "Div" && k == 0 {
+			continue
+		}
+		c, ok := g.ScalarConst(s)
+		if !ok {
+			continue
+		}
+		if n.Op == "Div" {
+			c = 1 / c
+		}
+		if frac, _ := math.Frexp(math.Abs(c)); frac != 0.5 || math.Abs(c) < 0x1p-100 || math.Abs(c) > 0x1p100 {
+			return "", 0, false
+		}
+		x := n.Inputs[1-k]
+		if a, b := g.Info(n.Outputs[0]), g.Info(x); a.DType != b.DType || !a.Known || !b.Known || a.Rank() != b.Rank() {
+			return "", 0, false
+		}
+		return x, c, true
+	}
+	return "", 0, false
+}
+
+// fewerElements reports whether a is known to hold fewer elements than b:
+// by their known dimensions, where a has no unknown one or as many as b
+// (a free batch in both).
+func (g *Graph) fewerElements(a, b string) bool {
+	size := func(v string) (known float64, unknown int, ok bool) {
+		info := g.Info(v)
+		if !info.Known {
+			return 0, 0, false
+		}
+		known = 1
+		for _, d := range info.Shape {
+			if d < 0 {
+				unknown++
+			} else {
+				known *= float64(d)
+			}
+		}
+		return known, unknown, true
+	}
+	ak, au, ok1 := size(a)
+	bk, bu, ok2 := size(b)
+	return ok1 && ok2 && (au == 0 || au == bu) && ak < bk
+}
