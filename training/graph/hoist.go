@@ -109,21 +109,7 @@ func (g *Graph) ScalarConst(v string) (float64, bool) {
 // be: sizes compare where the operands and the product have the same
 // unknown dimensions (a free batch), by their known ones.
 func (g *Graph) smallerOperand(m *Node) int {
-	size := func(v string) (known float64, unknown int, ok bool) {
-		info := g.Info(v)
-		if !info.Known {
-			return 0, 0, false
-		}
-		known = 1
-		for _, d := range info.Shape {
-			if d < 0 {
-				unknown++
-			} else {
-				known *= float64(d)
-			}
-		}
-		return known, unknown, true
-	}
+	size := g.sizeParts
 	p, pu, ok := size(m.Outputs[0])
 	if !ok {
 		return -1
@@ -169,19 +155,19 @@ func (g *Graph) SinkScales() int {
 			if n == nil || drop[n] || n.Domain != "" || !readBy(v, m) || !g.fewerElements(other, v) || g.Info(other).DType != g.Info(v).DType {
 				continue
 			}
-			var factor float64
-			if x, f, ok := g.powerScale(n); ok {
-				m.Inputs[i], factor = x, f
-				drop[n] = true
+			// The scale and where it goes from: m's operand itself, or
+			// one of n's operands.
+			scale, reader, at, x, factor := n, m, i, "", 0.0
+			if y, f, ok := g.powerScale(n); ok {
+				x, factor = y, f
 			} else if n.Op == "Mul" && len(n.Inputs) == 2 {
 				for j, in := range n.Inputs {
 					p := producers[in]
 					if p == nil || drop[p] || p.Domain != "" || !readBy(in, n) {
 						continue
 					}
-					if x, f, ok := g.powerScale(p); ok {
-						n.Inputs[j], factor = x, f
-						drop[p] = true
+					if y, f, ok := g.powerScale(p); ok {
+						scale, reader, at, x, factor = p, n, j, y, f
 						break
 					}
 				}
@@ -191,8 +177,10 @@ func (g *Graph) SinkScales() int {
 			}
 			t, err := Floats("", g.Info(other).DType, nil, []float64{factor})
 			if err != nil {
-				continue // the scale has gone from v: cannot happen for a float operand
+				continue
 			}
+			reader.Inputs[at] = x
+			drop[scale] = true
 			b := NewBuilder(g, m.Name+"/")
 			scaled := &Node{Op: "Mul", Name: g.Fresh(m.Name + "/sunk"), Inputs: []string{other, b.Const(t)},
 				Outputs: []string{g.Fresh(other + "/scaled")}}
@@ -253,22 +241,25 @@ func (g *Graph) powerScale(n *Node) (string, float64, bool) {
 // by their known dimensions, where a has no unknown one or as many as b
 // (a free batch in both).
 func (g *Graph) fewerElements(a, b string) bool {
-	size := func(v string) (known float64, unknown int, ok bool) {
-		info := g.Info(v)
-		if !info.Known {
-			return 0, 0, false
-		}
-		known = 1
-		for _, d := range info.Shape {
-			if d < 0 {
-				unknown++
-			} else {
-				known *= float64(d)
-			}
-		}
-		return known, unknown, true
-	}
-	ak, au, ok1 := size(a)
-	bk, bu, ok2 := size(b)
+	ak, au, ok1 := g.sizeParts(a)
+	bk, bu, ok2 := g.sizeParts(b)
 	return ok1 && ok2 && (au == 0 || au == bu) && ak < bk
+}
+
+// sizeParts is v's element count over its known dimensions and the number
+// of unknown ones; ok is false where nothing is known of v's shape.
+func (g *Graph) sizeParts(v string) (known float64, unknown int, ok bool) {
+	info := g.Info(v)
+	if !info.Known {
+		return 0, 0, false
+	}
+	known = 1
+	for _, d := range info.Shape {
+		if d < 0 {
+			unknown++
+		} else {
+			known *= float64(d)
+		}
+	}
+	return known, unknown, true
 }
