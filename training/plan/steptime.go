@@ -614,6 +614,28 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			emulatedFrom[n.Input(0)] = true
 		}
 	}
+	// lowChain: the values a product reads that ops moving values made from
+	// float32 copies of low values, the weight gradients of convolutions
+	// the device runs in float32: precision.ExactLowProducts writes them
+	// again over the low values on the device, and the product runs low.
+	lowChain := map[string]bool{}
+	for _, n := range g.Nodes {
+		if (n.Op != "MatMul" && n.Op != "Gemm") || n.Domain != "" || len(n.Inputs) < 2 || n.Input(2) != "" || len(n.Outputs) != 1 ||
+			g.Info(n.Outputs[0]).DType != dtype.Float32 || outputs[n.Outputs[0]] ||
+			slices.ContainsFunc(consumers[n.Outputs[0]], func(r *graph.Node) bool { return precision.IsCast(r, low) }) {
+			continue
+		}
+		var chains []*graph.Node
+		exact := true
+		for _, in := range n.Inputs[:2] {
+			_, chain, ok := precision.ExactLowOrigin(g, producers, in, low)
+			exact = exact && ok && g.Info(in).DType == dtype.Float32
+			chains = append(chains, chain...)
+		}
+		for _, q := range chains {
+			lowChain[q.Outputs[0]] = exact
+		}
+	}
 	for _, n := range g.Nodes {
 		act := false
 		for _, in := range n.Inputs {
@@ -680,7 +702,7 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				}
 			}
 			for _, o := range n.Outputs {
-				lowVal[o] = sawLow && !sawFull && g.Info(o).Float()
+				lowVal[o] = sawLow && !sawFull && g.Info(o).Float() || lowChain[o]
 			}
 		}
 	}
