@@ -493,7 +493,11 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			c.rate = gpu.FP32
 			if productClass[c.class] {
 				c.rate = productRate(g, n, gpu, o, lowVal)
-				if c.rate == gpu.Tensor16 && (o.low == dtype.Float16 || g.Info(n.Input(0)).DType == dtype.Float16) {
+				// A long-K GEMM on the tensor cores in bfloat16 (a
+				// convolution's weight gradient precision.ExactLowProducts
+				// gave the low type) is priced as float16's: 0.04 is what
+				// TF32 ran those at; bfloat16 ones were never profiled.
+				if c.rate == gpu.Tensor16 && (o.low == dtype.Float16 || g.Info(n.Input(0)).DType == dtype.Float16 || c.class == classGEMMLongK) {
 					c.class = float16Class[c.class]
 				}
 			}
