@@ -150,7 +150,8 @@ var efficiencies = map[string]efficiency{
 	// bf16-mixed, ortrain 2549438, H200; testdata/profile-2549438-vqgan3d.tsv):
 	// its 111 float32 3-D Convs (TF32) took 1,189 ms, the largest 44 ms for
 	// 1.86 TFLOP (8.5% of TF32's peak). The weight gradients' GEMMs of a
-	// convolution the device runs in float32 run in float32 too (TF32):
+	// convolution the device runs in float32 ran in float32 too (TF32)
+	// before precision.ExactLowProducts gave them the low type:
 	// c75eebf's 666, 243 of them 68.7 GFLOP over 2^16 voxels each, took
 	// 954 ms in bf16-mixed (testdata/profile-c75eebf-vqgan3d-bf16.tsv), 4
 	// % of TF32's peak. (2549438's file prices its long-K GEMMs, K over
@@ -661,8 +662,8 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			case to == dtype.Float32 && isLow && emulatedFrom[from]:
 				// The rounded input of a convolution the device runs in
 				// float32 (or the recompute's copy of it): a float32 value
-				// there, and so is what its gradient computes from it (the
-				// weight gradient's GEMMs).
+				// there; the weight gradient's GEMMs read the low value
+				// instead (lowChain).
 			case to == dtype.Float32 && isLow:
 				lowVal[n.Outputs[0]], up[n.Outputs[0]] = true, true
 				needed := false
