@@ -9,7 +9,9 @@ import (
 
 // movesValues are the ops an exact-low operand may come through: their
 // output holds only values of their input 0 (Pad also its constant, which
-// must be exact too), the other inputs are indices, shapes or bounds.
+// must be exact too), the other inputs are indices, shapes or bounds. A
+// subset of keepsValues: the ones that compute nothing, so that written
+// again over the low value they need no low-precision kernel but a copy.
 var movesValues = map[string]bool{
 	"Identity": true, "Reshape": true, "Flatten": true, "Squeeze": true, "Unsqueeze": true, "Transpose": true,
 	"Slice": true, "Gather": true, "GatherElements": true, "GatherND": true, "Expand": true, "Tile": true,
