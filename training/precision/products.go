@@ -56,9 +56,10 @@ func ExactLowOrigin(g *graph.Graph, producers map[string]*graph.Node, v string, 
 // step on an H200 against 180 in 16-mixed). Each operand comes from such a
 // copy through ops that only move values (Pad, Reshape, Transpose, Slice,
 // Gather...), so the low type holds it exactly: those ops are written
-// again over the low value (once, shared by the products that read them),
-// the product reads the low operands where the device has its low kernel,
-// and a Cast hands its output back in float32. The product's output is
+// again over the low value (once, shared by the products that read them;
+// from a Cast to low after the last of them the device has no low kernel
+// for, where one has none), the product reads the low operands where the
+// device has its low kernel, and a Cast hands its output back in float32. The product's output is
 // rounded to the low type, as any low-precision product's is (a 16-mixed
 // build's are): in a convolution's weight gradient written as several
 // GEMMs summed (the CUDA forms of a volume's), each is rounded before the
@@ -102,8 +103,28 @@ func ExactLowProducts(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 			continue
 		}
 		for k, op := range ops {
-			v := op.origin
-			for _, q := range op.chain {
+			v, chain := op.origin, op.chain
+			// An op the device has no low kernel for (ONNX Runtime's CUDA
+			// Pad may lack bfloat16) stays float32: the chain goes low
+			// after the last such one, by a Cast of its output (exact, as
+			// every value on the chain is).
+			for j := len(chain) - 1; j >= 0; j-- {
+				if kernels(chain[j], low) {
+					continue
+				}
+				last := chain[j].Outputs[0]
+				c, done := lowCopy[last]
+				if !done {
+					cast := add(&graph.Node{Op: "Cast", Name: g.Fresh("autocast/Cast"), Inputs: []string{last},
+						Outputs: []string{g.Fresh(last + "/" + low.String())}, Attrs: []*graph.Attr{graph.AInt("to", int64(low))}})
+					before[p] = append(before[p], cast)
+					c = cast.Outputs[0]
+					lowCopy[last] = c
+				}
+				v, chain = c, chain[j+1:]
+				break
+			}
+			for _, q := range chain {
 				if c, done := lowCopy[q.Outputs[0]]; done {
 					v = c
 					continue

@@ -78,6 +78,35 @@ func TestExactLowProducts(t *testing.T) {
 	if q := producers[inexact]; q == nil || q.Op != "MatMul" || g.Info(inexact).DType != dtype.Float32 {
 		t.Errorf("the GEMM over a float32 sum is %v, want it as it was", q)
 	}
+	// Without a bfloat16 Pad the window goes low after the Pad, by one
+	// Cast of the padded value.
+	g, exact, _ = build()
+	noLowPad := func(n *graph.Node, dt dtype.DType) bool { return all(n, dt) && (n.Op != "Pad" || dt == dtype.Float32) }
+	if n := ExactLowProducts(g, dtype.BFloat16, noLowPad); n != 1 {
+		t.Fatalf("without a bfloat16 Pad: %d products given the low type, want 1", n)
+	}
+	g.Prune()
+	producers = g.Producers()
+	for _, n := range g.Nodes {
+		if n.Op == "Pad" && g.Info(n.Outputs[0]).DType != dtype.Float32 {
+			t.Errorf("without a bfloat16 Pad: a Pad writes %v", g.Info(n.Outputs[0]).DType)
+		}
+	}
+	p = producers[producers[exact].Input(0)]
+	var sawCast bool
+	for v := p.Inputs[1]; producers[v] != nil; v = producers[v].Input(0) {
+		q := producers[v]
+		if g.Info(q.Outputs[0]).DType != dtype.BFloat16 {
+			t.Errorf("without a bfloat16 Pad: %s on the window's way writes %v", q.Op, g.Info(q.Outputs[0]).DType)
+		}
+		if IsCast(q, dtype.BFloat16) {
+			sawCast = producers[q.Input(0)] != nil && producers[q.Input(0)].Op == "Pad"
+			break
+		}
+	}
+	if !sawCast {
+		t.Errorf("without a bfloat16 Pad: the window does not start at a Cast of the Pad's output")
+	}
 	g, _, _ = build()
 	none := func(n *graph.Node, dt dtype.DType) bool { return dt == dtype.Float32 }
 	if n := ExactLowProducts(g, dtype.BFloat16, none); n != 0 {
