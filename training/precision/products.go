@@ -59,11 +59,12 @@ func ExactLowOrigin(g *graph.Graph, producers map[string]*graph.Node, v string, 
 // again over the low value (once, shared by the products that read them;
 // from a Cast to low after the last of them the device has no low kernel
 // for, where one has none), the product reads the low operands where the
-// device has its low kernel, and a Cast hands its output back in float32. The product's output is
-// rounded to the low type, as any low-precision product's is (a 16-mixed
-// build's are): in a convolution's weight gradient written as several
-// GEMMs summed (the CUDA forms of a volume's), each is rounded before the
-// float32 sum. It returns the number of products given the low type.
+// device has its low kernel, and a Cast hands its output back in float32.
+// The product's output is rounded to the low type, as any low-precision
+// product's is (a 16-mixed build's are): in a convolution's weight
+// gradient written as several GEMMs summed (the CUDA forms of a volume's),
+// each is rounded before the float32 sum. It returns the number of
+// products given the low type.
 func ExactLowProducts(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	if kernels == nil || low == 0 {
 		return 0
