@@ -1,6 +1,7 @@
 package autodiff_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -74,14 +75,7 @@ func TestHoistScalesExact(t *testing.T) {
 			feed[in] = v
 		}
 		unfused := ort.Options{DisabledOptimizers: []string{"MatMulScaleFusion"}}
-		want, got := runOutputsWith(t, build(false), feed, unfused), runOutputsWith(t, build(true), feed, unfused)
-		for k := range want {
-			for i := range want[k] {
-				if math.Float64bits(want[k][i]) != math.Float64bits(got[k][i]) {
-					t.Fatalf("rounded %v: output %d [%d] is %g hoisted, %g as written", rounded, k, i, got[k][i], want[k][i])
-				}
-			}
-		}
+		sameBits(t, fmt.Sprintf("rounded %v", rounded), runOutputsWith(t, build(false), feed, unfused), runOutputsWith(t, build(true), feed, unfused))
 	}
 }
 
@@ -133,9 +127,12 @@ func TestSinkScalesExact(t *testing.T) {
 			}
 			feed := map[string]*ort.Value{}
 			r := rand.New(rand.NewPCG(9, 10))
-			for in, shape := range map[string][]int64{"x": {2, 8, 4}, "w1": {4, 16}, "w2": {16, 4}} {
-				vals := make([]float32, shape[0]*shape[1]*max(1, shape[len(shape)-1]*int64(len(shape)-2)))
-				vals = vals[:dtype.Numel(shape)]
+			for _, in := range []struct {
+				name  string
+				shape []int64
+			}{{"x", []int64{2, 8, 4}}, {"w1", []int64{4, 16}}, {"w2", []int64{16, 4}}} {
+				name, shape := in.name, in.shape
+				vals := make([]float32, dtype.Numel(shape))
 				for i := range vals {
 					vals[i] = float32(r.NormFloat64())
 				}
@@ -144,16 +141,23 @@ func TestSinkScalesExact(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer v.Close()
-				feed[in] = v
+				feed[name] = v
 			}
 			unfused := ort.Options{DisabledOptimizers: []string{"MatMulScaleFusion"}}
-			want, got := runOutputsWith(t, build(false), feed, unfused), runOutputsWith(t, build(true), feed, unfused)
-			for k := range want {
-				for i := range want[k] {
-					if math.Float64bits(want[k][i]) != math.Float64bits(got[k][i]) {
-						t.Fatalf("rounded %v, torch form %v: output %d [%d] is %g with the scale moved, %g as written", rounded, torchForm, k, i, got[k][i], want[k][i])
-					}
-				}
+			sameBits(t, fmt.Sprintf("rounded %v, torch form %v", rounded, torchForm),
+				runOutputsWith(t, build(false), feed, unfused), runOutputsWith(t, build(true), feed, unfused))
+		}
+	}
+}
+
+// sameBits fails t unless every output of got has want's bits: the graph
+// as written (want) against the one with its scales moved.
+func sameBits(t *testing.T, what string, want, got [][]float64) {
+	t.Helper()
+	for k := range want {
+		for i := range want[k] {
+			if math.Float64bits(want[k][i]) != math.Float64bits(got[k][i]) {
+				t.Fatalf("%s: output %d [%d] is %g with the scale moved, %g as written", what, k, i, got[k][i], want[k][i])
 			}
 		}
 	}

@@ -61,34 +61,15 @@ func (g *Graph) HoistScales() int {
 // alone, by a power of two (Mul by 2^k, or Div by 2^k), and returns the
 // MatMul and the factor.
 func (g *Graph) scaledProduct(n *Node, producers map[string]*Node, consumers map[string][]*Node, outputs map[string]bool) (*Node, float64, bool) {
-	if (n.Op != "Mul" && n.Op != "Div") || n.Domain != "" || len(n.Inputs) != 2 || len(n.Outputs) != 1 {
+	x, c, ok := g.powerScale(n)
+	if !ok {
 		return nil, 0, false
 	}
-	for k, v := range n.Inputs {
-		if n.Op == "Div" && k == 0 {
-			continue
-		}
-		c, ok := g.ScalarConst(v)
-		if !ok {
-			continue
-		}
-		m := producers[n.Inputs[1-k]]
-		if m == nil || m.Op != "MatMul" || m.Domain != "" || len(consumers[m.Outputs[0]]) != 1 || outputs[m.Outputs[0]] {
-			return nil, 0, false
-		}
-		if n.Op == "Div" {
-			c = 1 / c
-		}
-		if frac, _ := math.Frexp(math.Abs(c)); frac != 0.5 || math.Abs(c) < 0x1p-100 || math.Abs(c) > 0x1p100 {
-			return nil, 0, false
-		}
-		// The scale neither changes the type nor broadcasts to more axes.
-		if a, b := g.Info(n.Outputs[0]), g.Info(m.Outputs[0]); a.DType != b.DType || !a.Known || !b.Known || a.Rank() != b.Rank() {
-			return nil, 0, false
-		}
-		return m, c, true
+	m := producers[x]
+	if m == nil || m.Op != "MatMul" || m.Domain != "" || len(consumers[m.Outputs[0]]) != 1 || outputs[m.Outputs[0]] {
+		return nil, 0, false
 	}
-	return nil, 0, false
+	return m, c, true
 }
 
 // ScalarConst returns the value of a one-element float initializer.
