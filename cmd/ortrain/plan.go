@@ -34,7 +34,7 @@ it predicts the step's time on that GPU: each node's FLOPs and bytes at the
 batch, at its op class's efficiency (fitted on profiles of ResNet-50, the
 diffusion LM and the 3-D VQ-GAN on an H200), a launch per kernel, and the
 host's part. Against steps measured on that H200 (2026-11-26) it was 7%
-short for ResNet-50, 9 to 10% over for the diffusion LM and 6 to 9% over
+short for ResNet-50, 2 to 3% over for the diffusion LM and 5 to 9% over
 for the VQ-GAN. A bf16-mixed model with convolutions also gets its step
 in 16-mixed: the CUDA provider's Conv has no bfloat16 kernel, so bf16-mixed
 runs them in float32.

@@ -18,6 +18,7 @@ func Rewrite(g *graph.Graph) {
 	FuseSquares(g)
 	SplitReductions(g)
 	SplitPads(g)
+	FlattenBroadcasts(g)
 }
 
 // FastReduce reports whether ONNX Runtime's CUDA provider runs a

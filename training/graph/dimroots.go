@@ -81,6 +81,19 @@ var sameDimOps = func() map[string]bool {
 	return m
 }()
 
+// reduceOps reduce their first input over the axes ReduceAxes reads.
+var reduceOps = map[string]bool{"ReduceSum": true, "ReduceMean": true, "ReduceSumSquare": true, "ReduceMax": true,
+	"ReduceMin": true, "ReduceProd": true, "ReduceL1": true, "ReduceL2": true, "ReduceLogSum": true, "ReduceLogSumExp": true}
+
+// TraceDims records, for every node in order, which earlier dimension each
+// of its output's unknown sizes equals (as FoldShapes does for the graph
+// it folds), so that SameDim can match sizes in a graph built after.
+func (g *Graph) TraceDims() {
+	for _, n := range g.Nodes {
+		g.traceDims(n)
+	}
+}
+
 // traceDims records, for each unknown dimension of n's first output, the
 // earlier dimension it equals, where n's op makes that certain.
 func (g *Graph) traceDims(n *Node) {
@@ -123,8 +136,14 @@ func (g *Graph) traceDims(n *Node) {
 			if ax, ok := normAxis(n.Int("axis", 0), len(oi.Shape)); ok && int(ax) != a && xi.Rank() == len(oi.Shape) {
 				from(a, n.Input(0), a)
 			}
-		case n.Op == "Add" || n.Op == "Sub" || n.Op == "Mul" || n.Op == "Div" || n.Op == "Pow":
+		case n.Op == "Add" || n.Op == "Sub" || n.Op == "Mul" || n.Op == "Div" || n.Op == "Pow" ||
+			n.Op == "Sum" || n.Op == "Max" || n.Op == "Min" || n.Op == "Mean" || n.Op == "Where":
 			g.broadcastRoot(n, roots, a)
+		case reduceOps[n.Op] && n.Int("keepdims", 1) == 1 && xi.Rank() == len(oi.Shape):
+			// An axis a reduction keeps keeps its dimension.
+			if axes, ok := g.ReduceAxes(n); ok && len(axes) > 0 && !slices.Contains(axes, int64(a)) {
+				from(a, n.Input(0), a)
+			}
 		case n.Op == "Slice" && xi.Rank() == len(oi.Shape):
 			// An axis the Slice does not cut keeps its dimension.
 			if g.sliceKeeps(n, a, len(oi.Shape)) {
@@ -142,6 +161,14 @@ func (g *Graph) traceDims(n *Node) {
 					roots[a] = r
 				} else if t[a] == 0 && n.Int("allowzero", 0) == 0 {
 					from(a, n.Input(0), a)
+				} else if t[a] == -1 {
+					// The -1 is the input's one unknown size where the
+					// other sizes on both sides multiply to the same.
+					xk, xu, _ := g.sizeParts(n.Input(0))
+					ok, ou, _ := g.sizeParts(out)
+					if xu == 1 && ou == 1 && xk == ok {
+						from(a, n.Input(0), slices.Index(xi.Shape, -1))
+					}
 				}
 			}
 		}

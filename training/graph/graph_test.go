@@ -159,6 +159,35 @@ func TestSameDimThroughSlice(t *testing.T) {
 	}
 }
 
+// TestTraceDimsThroughTheBackward: in a graph built without FoldShapes (a
+// gradient graph), TraceDims matches the batch through a Reshape whose -1
+// is the batch (the other sizes multiply to the same on both sides), a
+// reduction that keeps it and a Sum of values that share it; a reshape that
+// splits the batch and an input whose size is its own stay unmatched.
+func TestTraceDimsThroughTheBackward(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 6}})
+	g.AddInput("other", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 1}})
+	b := NewBuilder(g, "")
+	heads := b.Reshape("x", b.Ints(-1, 4, 2, 3))
+	rows := b.ReduceSum(heads, true, 2, 3)
+	sum := b.Sum(b.Neg(heads), heads)
+	split := b.Reshape("x", b.Ints(-1, 2, 4, 6))
+	g.Outputs = []string{rows, sum, split}
+	g.TraceDims()
+	for _, v := range []string{heads, rows, sum} {
+		if !g.SameDim(v, 0, "x", 0) {
+			t.Errorf("%s %v: its batch is not known to be x's", v, g.Info(v).Shape)
+		}
+	}
+	if g.SameDim(split, 0, "x", 0) {
+		t.Errorf("half the batch is said to be the batch")
+	}
+	if g.SameDim("other", 0, "x", 0) {
+		t.Errorf("an input's own unknown size is said to be x's batch")
+	}
+}
+
 // TestInferLayerNormStats: LayerNormalization's Mean and InvStdDev keep
 // the axes before axis, 1 for the normalised ones, in stash_type: the
 // backward reads them, and a size left unknown there priced every op

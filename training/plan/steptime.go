@@ -94,18 +94,21 @@ const (
 	classCast         = "cast"
 	// The two above where a bfloat16 tensor is read or written: ONNX
 	// Runtime's CUDA kernels move bfloat16 at a fraction of float16's rate.
-	classElemBF16  = "elementwise-bfloat16"
-	classCastBF16  = "cast-bfloat16"
-	classReduce    = "reduce"       // ONNX Runtime's own reduction kernel
-	classReduceDNN = "reduce-cudnn" // reductions cuDNN runs
-	classNorm      = "norm"         // BatchNormalization and the other normalisations
-	classNormLow   = "norm-float16" // a float16 BatchNormalization (precision.LowBatchNorms)
-	classTranspose = "transpose"
-	classCopy      = "copy"  // Concat, Pad, Identity, Expand, Gather...
-	classSlice     = "slice" // strided copies
-	classPool      = "pool"
-	classScatter   = "scatter"
-	classSoftmax   = "softmax"
+	classElemBF16 = "elementwise-bfloat16"
+	classCastBF16 = "cast-bfloat16"
+	// An element-wise op the CUDA provider runs with its general
+	// broadcast kernel (cudaform.GeneralBroadcast), whatever its types.
+	classElemBroadcast = "elementwise-broadcast"
+	classReduce        = "reduce"       // ONNX Runtime's own reduction kernel
+	classReduceDNN     = "reduce-cudnn" // reductions cuDNN runs
+	classNorm          = "norm"         // BatchNormalization and the other normalisations
+	classNormLow       = "norm-float16" // a float16 BatchNormalization (precision.LowBatchNorms)
+	classTranspose     = "transpose"
+	classCopy          = "copy"  // Concat, Pad, Identity, Expand, Gather...
+	classSlice         = "slice" // strided copies
+	classPool          = "pool"
+	classScatter       = "scatter"
+	classSoftmax       = "softmax"
 )
 
 // efficiency is a class's fraction of the peak FLOP/s and of the memory
@@ -170,11 +173,22 @@ var efficiencies = map[string]efficiency{
 	classElem:         {compute: 0.5, memory: 0.82},
 	classCast:         {compute: 0.5, memory: 0.88},
 	// Fitted on the diffusion LM's synchronous profile at batch 128
-	// (bf16-mixed, ortrain 8166935; testdata/profile-8166935-bd3lm-b128.tsv):
-	// its attention's mask Add, bfloat16 [128, 12, 1024, 1024] plus a
-	// broadcast [1024, 1024], took 5.0 ms for 6.4 GB (1.3 TB/s).
-	classElemBF16: {compute: 0.5, memory: 0.4},
+	// (bf16-mixed, ortrain 8166935; testdata/profile-8166935-bd3lm-b128.tsv),
+	// its broadcasts over more than one axis apart (classElemBroadcast):
+	// its Muls, nearly all bfloat16, took 204.4 ms, priced 203.4. Its
+	// bfloat16 [128, 1024, 3072] products ran at 0.64 of the bandwidth,
+	// their scalings by a constant at 0.48.
+	classElemBF16: {compute: 0.5, memory: 0.55},
 	classCastBF16: {compute: 0.5, memory: 0.4},
+	// The general broadcast kernel divides each element's index once per
+	// axis and goes by the element: in the same profile the attention's
+	// mask Add, bfloat16 [128, 12, 1024, 1024] plus [1024, 1024], took
+	// 4.95 ms (1.3 TB/s) and the softmax gradient's float32 scores less
+	// their row sums [128, 12, 1024, 1] 3.94 ms, 3.3 and 4.1·10¹¹ elements
+	// a second, where the per-channel kernel added a bias to bfloat16
+	// [128, 1024, 3072] at 4.7·10¹¹. Priced by the element (one FLOP
+	// each) at 0.0055 of the float32 rate: 4.4 ms for either.
+	classElemBroadcast: {compute: 0.0055, memory: 0.82},
 	// ONNX Runtime's own reduction kernel (after cudaform.SplitReductions,
 	// every per-channel statistic): 430 calls, 28.4 ms.
 	classReduce: {compute: 0.5, memory: 0.25},
@@ -521,6 +535,11 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			}
 			if (c.class == classElem || c.class == classCast) && touchesBF16(g, n, lowVal, o.low) {
 				c.class = bfloat16Class[c.class]
+			}
+			if c.class == classElem || c.class == classElemBF16 {
+				if cudaform.GeneralBroadcast(g, n) {
+					c.class = classElemBroadcast
+				}
 			}
 			if c.class == classSlice || c.class == classCopy {
 				// ONNX Runtime's strided copies go by the element, not
@@ -980,6 +999,6 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		fmt.Fprintf(w, "  16-mixed   %.1f ms per step (%s%%): ONNX Runtime's CUDA provider has no bfloat16 Conv or ConvTranspose, so bf16-mixed runs the step's %d convolutions in float32 with TF32 (%.1f ms), 16-mixed in float16 (%.1f ms); --set trainer.precision=16-mixed, which adds dynamic loss scaling\n",
 			f.StepMS, strings.Replace(fmt.Sprintf("%+.0f", 100*(f.StepMS/st.StepMS-1)), "-", "−", 1), c.calls, c.ms, c16.ms)
 	}
-	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +10%% at batch 64 and +9%% at 128, the VQ-GAN at batch 1 +6%% in bf16-mixed and +9%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
+	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +3%% at batch 64 and +2%% at 128, the VQ-GAN at batch 1 +5%% in bf16-mixed and +9%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
 }
