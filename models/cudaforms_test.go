@@ -15,8 +15,9 @@ import (
 
 // TestCUDAFormsTrainAsCPUForms: each recipe's artifacts written for the
 // CUDA provider (the gemm form's convolution gradients, cudaform's split
-// reductions, sums of squares and Pads) compute on the CPU the same loss
-// and gradients as the CPU's own artifacts, to float32 rounding (each
+// reductions, sums of squares, Pads and flattened broadcasts: the LM's
+// attention mask, the norms' row statistics) compute on the CPU the same
+// loss and gradients as the CPU's own artifacts, to float32 rounding (each
 // gradient within 1e-4 of its largest element), and then train alike for
 // three AdamW steps. What the CUDA graphs change would show here, without
 // a GPU.

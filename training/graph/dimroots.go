@@ -75,7 +75,8 @@ var sameDimOps = func() map[string]bool {
 	for _, op := range []string{"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Identity",
 		"Softmax", "LogSoftmax", "Reciprocal", "Erf", "LeakyRelu", "Elu", "Clip", "BatchNormalization",
 		"LayerNormalization", "Softplus", "Gelu", "InstanceNormalization", "GroupNormalization", "Dropout",
-		"HardSigmoid", "HardSwish", "Mish", "Selu", "Celu", "PRelu", "Cast", "CastLike", "StopGradient", "TrainingOnly"} {
+		"HardSigmoid", "HardSwish", "Mish", "Selu", "Celu", "PRelu", "Cast", "CastLike", "StopGradient", "TrainingOnly",
+		"ScatterElements", "ScatterND"} {
 		m[op] = true
 	}
 	return m
@@ -142,6 +143,11 @@ func (g *Graph) traceDims(n *Node) {
 		case reduceOps[n.Op] && n.Int("keepdims", 1) == 1 && xi.Rank() == len(oi.Shape):
 			// An axis a reduction keeps keeps its dimension.
 			if axes, ok := g.ReduceAxes(n); ok && len(axes) > 0 && !slices.Contains(axes, int64(a)) {
+				from(a, n.Input(0), a)
+			}
+		case n.Op == "Pad" && xi.Rank() == len(oi.Shape):
+			// An axis padded by nothing keeps its dimension.
+			if pads, ok := g.ConstInts(n.Input(1)); ok && len(pads) == 2*len(oi.Shape) && pads[a] == 0 && pads[a+len(oi.Shape)] == 0 && n.Input(3) == "" {
 				from(a, n.Input(0), a)
 			}
 		case n.Op == "Slice" && xi.Rank() == len(oi.Shape):
@@ -218,8 +224,8 @@ func (g *Graph) sliceKeeps(n *Node, a, r int) bool {
 
 // broadcastRoot traces dimension a of an elementwise op's output: it is
 // the inputs' unknown dimension there when every input with an unknown
-// size at a has the same root and every other input has size 1 (or no
-// such axis).
+// size at a has the same root (or roots sameRoot matches) and every other
+// input has size 1 (or no such axis).
 func (g *Graph) broadcastRoot(n *Node, roots []dimRef, a int) {
 	r := len(roots)
 	var found dimRef
@@ -233,15 +239,28 @@ func (g *Graph) broadcastRoot(n *Node, roots []dimRef, a int) {
 		case ax < 0 || i.Shape[ax] == 1:
 		case i.Shape[ax] < 0:
 			d := g.root(in, ax)
-			if found.value != "" && found != d {
+			if found.value != "" && !g.sameRoot(found, d) {
 				return
 			}
-			found = d
+			if found.value == "" {
+				found = d
+			}
 		default:
 			return
 		}
 	}
 	roots[a] = found
+}
+
+// sameRoot reports whether two roots are the same size: the same
+// dimension, or dimensions of graph inputs that share a name (every data
+// input's "batch").
+func (g *Graph) sameRoot(a, b dimRef) bool {
+	if a == b {
+		return true
+	}
+	an, bn := g.Dims[a.value], g.Dims[b.value]
+	return a.axis < len(an) && b.axis < len(bn) && an[a.axis] != "" && an[a.axis] == bn[b.axis]
 }
 
 // reshapeInferred resolves a Reshape's -1 from partial knowledge: the

@@ -162,20 +162,24 @@ func TestSameDimThroughSlice(t *testing.T) {
 // TestTraceDimsThroughTheBackward: in a graph built without FoldShapes (a
 // gradient graph), TraceDims matches the batch through a Reshape whose -1
 // is the batch (the other sizes multiply to the same on both sides), a
-// reduction that keeps it and a Sum of values that share it; a reshape that
+// reduction that keeps it, a Sum of values that share it, and a Pad of
+// other axes of two inputs whose batch has the same name; a reshape that
 // splits the batch and an input whose size is its own stay unmatched.
 func TestTraceDimsThroughTheBackward(t *testing.T) {
 	g := New("t", EmitOpset)
 	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 6}})
 	g.AddInput("other", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 1}})
 	b := NewBuilder(g, "")
+	g.AddInput("y", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 6}})
+	g.Dims["x"], g.Dims["y"] = []string{"batch", "", ""}, []string{"batch", "", ""}
 	heads := b.Reshape("x", b.Ints(-1, 4, 2, 3))
 	rows := b.ReduceSum(heads, true, 2, 3)
 	sum := b.Sum(b.Neg(heads), heads)
 	split := b.Reshape("x", b.Ints(-1, 2, 4, 6))
-	g.Outputs = []string{rows, sum, split}
+	both := b.Add(b.Op("Pad", []string{"x", b.Ints(0, 1, 0, 0, 2, 0)}), b.Op("Pad", []string{"y", b.Ints(0, 1, 0, 0, 2, 0)}))
+	g.Outputs = []string{rows, sum, split, both}
 	g.TraceDims()
-	for _, v := range []string{heads, rows, sum} {
+	for _, v := range []string{heads, rows, sum, both} {
 		if !g.SameDim(v, 0, "x", 0) {
 			t.Errorf("%s %v: its batch is not known to be x's", v, g.Info(v).Shape)
 		}
