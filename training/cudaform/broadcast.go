@@ -64,15 +64,18 @@ func longAxes(s []int64) int {
 // [B·heads·L, L] less [B·heads·L, 1]. Where the full operand is on the
 // right of an op whose operands commute, the two change places (which is
 // all a bias on the left needs). Reshapes move nothing, and every element
-// is computed from the same two values as before, bit for bit. It returns
-// the number of nodes rewritten; node order is kept.
+// is computed from the same two values as before, bit for bit. An Add only
+// a Softmax reads, in a type ONNX Runtime's BiasSoftmax takes, is left for
+// its BiasSoftmaxFusion (LeftForBiasSoftmax). It returns the number of
+// nodes rewritten; node order is kept.
 func FlattenBroadcasts(g *graph.Graph) int {
 	g.TraceDims()
+	consumers, outputs := g.Consumers(), g.OutputSet()
 	rewritten := 0
 	nodes := slices.Clone(g.Nodes)
 	out := make([]*graph.Node, 0, len(nodes))
 	for _, n := range nodes {
-		if !GeneralBroadcast(g, n) {
+		if !GeneralBroadcast(g, n) || LeftForBiasSoftmax(g, n, consumers, outputs) {
 			out = append(out, n)
 			continue
 		}
@@ -108,6 +111,88 @@ func FlattenBroadcasts(g *graph.Graph) int {
 	}
 	g.Nodes = out
 	return rewritten
+}
+
+// LeftForBiasSoftmax reports whether n is an Add that ONNX Runtime's
+// BiasSoftmaxFusion may fold into the Softmax that alone reads it, one
+// BiasSoftmax kernel for both (a float32 or float16 attention's mask): its
+// output read by that Softmax only, its type one BiasSoftmax has a kernel
+// for (not bfloat16). Flattening would hide the pattern, so such an Add is
+// left as it is (FusesIntoSoftmax says when the fusion happens).
+func LeftForBiasSoftmax(g *graph.Graph, n *graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool) bool {
+	if n.Op != "Add" || n.Domain != "" || outputs[n.Outputs[0]] {
+		return false
+	}
+	rs := consumers[n.Outputs[0]]
+	return len(rs) == 1 && rs[0].Op == "Softmax" && rs[0].Domain == "" && biasSoftmaxTypes[g.Info(n.Outputs[0]).DType]
+}
+
+// biasSoftmaxTypes are the types ONNX Runtime's BiasSoftmax kernel (and so
+// its fusion) takes.
+var biasSoftmaxTypes = map[dtype.DType]bool{dtype.Float32: true, dtype.Float16: true, dtype.Float64: true}
+
+// FusesIntoSoftmax reports whether ONNX Runtime's BiasSoftmaxFusion folds the
+// Add n, of device type dt, into softmax, the Softmax that alone reads its
+// output: a type BiasSoftmax has a kernel for, and one operand (the bias)
+// equal to the other from the softmax axis on and, before it, 1 wherever
+// it broadcasts, on a leading run of the axes it has or a trailing one
+// (BERT's mask [B, 1, 1, L] against scores [B, heads, L, L]; a mask
+// [L, L]).
+func FusesIntoSoftmax(g *graph.Graph, n, softmax *graph.Node, dt dtype.DType) bool {
+	if n.Op != "Add" || n.Domain != "" || len(n.Inputs) != 2 || softmax.Op != "Softmax" || softmax.Domain != "" || !biasSoftmaxTypes[dt] {
+		return false
+	}
+	a, b := g.Info(n.Input(0)).Shape, g.Info(n.Input(1)).Shape
+	if !g.Info(n.Input(0)).Known || !g.Info(n.Input(1)).Known || len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	rank := max(len(a), len(b))
+	k := int(softmax.Int("axis", -1))
+	if k < 0 {
+		k += rank
+	}
+	if k < 0 || k >= rank || rank-k > min(len(a), len(b)) {
+		return false
+	}
+	if !slices.Equal(a[len(a)-(rank-k):], b[len(b)-(rank-k):]) || slices.Contains(a[len(a)-(rank-k):], -1) {
+		return false
+	}
+	input, bias := a, b
+	if len(b) > len(a) || len(a) == len(b) && dtype.Numel(a) < dtype.Numel(b) {
+		input, bias = b, a
+	}
+	// The bias's axes before the softmax axis, aligned on the input's.
+	lead := bias[:len(bias)-(rank-k)]
+	in := input[len(input)-(rank-k)-len(lead) : len(input)-(rank-k)]
+	same := func(i int) bool { return lead[i] == in[i] && lead[i] >= 0 }
+	i := 0
+	for i < len(lead) && same(i) {
+		i++
+	}
+	for i < len(lead) && lead[i] == 1 {
+		i++
+	}
+	inner := i == len(lead) // equal, then ones
+	j := 0
+	for j < len(lead) && lead[j] == 1 {
+		j++
+	}
+	for j < len(lead) && same(j) {
+		j++
+	}
+	return inner || j == len(lead) // or ones, then equal
+}
+
+// Flattenable reports whether FlattenBroadcasts could write n for the
+// per-channel kernel, LeftForBiasSoftmax aside (a graph built emulated
+// types a bfloat16 mask Add float32; the device's build flattens it).
+// Sizes not known are matched as graph.TraceDims, run before, traced them.
+func Flattenable(g *graph.Graph, n *graph.Node) bool {
+	if !GeneralBroadcast(g, n) {
+		return false
+	}
+	_, _, ok := flatView(g, n)
+	return ok
 }
 
 // flatView plans n's rewrite: whether its operands change places, and the

@@ -74,6 +74,13 @@ func TestFlattenBroadcasts(t *testing.T) {
 	cases = append(cases, binary{"Sub", []int64{-1, 3, 5, 6}, []int64{-1, 3, 5, 1}, true, false},
 		binary{"Sub", []int64{-1, 3, 5, 6}, []int64{-1, 3, 5, 1}, false, true})
 	want, wantGeneral = want+1, wantGeneral+1
+	// A float32 attention's mask: left for ONNX Runtime's BiasSoftmaxFusion.
+	g.AddInput("scores", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 3, 5, 5}})
+	g.AddInput("mask", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{5, 5}})
+	runShapes["scores"], runShapes["mask"] = []int64{2, 3, 5, 5}, []int64{5, 5}
+	g.Outputs = append(g.Outputs, b.Op("Softmax", []string{b.Add("scores", "mask")}, graph.AInt("axis", -1)))
+	cases = append(cases, binary{"Add", []int64{-1, 3, 5, 5}, []int64{5, 5}, false, true})
+	wantGeneral++
 	if b.Err != nil {
 		t.Fatal(b.Err)
 	}
@@ -101,6 +108,49 @@ func TestFlattenBroadcasts(t *testing.T) {
 	for i := range before {
 		if !slices.Equal(before[i], after[i]) {
 			t.Errorf("output %d (%s %v, %v) differs from the plain node's", i, cases[i].op, cases[i].a, cases[i].b)
+		}
+	}
+}
+
+// TestBiasSoftmax: an Add only a Softmax reads is what ONNX Runtime's
+// BiasSoftmaxFusion folds into one kernel where BiasSoftmax has its type
+// and the bias broadcasts before the softmax axis only (a mask [L, L], a
+// BERT mask [B, 1, 1, L], one per head [B, heads, 1, L]); FlattenBroadcasts
+// leaves those, and flattens a bfloat16 one, which has no such kernel.
+func TestBiasSoftmax(t *testing.T) {
+	for _, c := range []struct {
+		dt           dtype.DType
+		scores, bias []int64
+		fuses        bool
+	}{
+		{dtype.Float32, []int64{2, 3, 5, 5}, []int64{5, 5}, true},
+		{dtype.Float16, []int64{2, 3, 5, 5}, []int64{2, 1, 1, 5}, true},
+		{dtype.Float32, []int64{2, 3, 5, 5}, []int64{2, 3, 1, 5}, true},
+		{dtype.Float32, []int64{2, 3, 5, 5}, []int64{5, 1}, false}, // broadcast along the softmax axis
+		{dtype.Float32, []int64{2, 3, 5, 5}, []int64{1, 3, 5, 1}, false},
+		{dtype.BFloat16, []int64{2, 3, 5, 5}, []int64{5, 5}, false},
+	} {
+		g := graph.New("bias", graph.EmitOpset)
+		g.AddInput("scores", graph.Info{DType: c.dt, Known: true, Shape: c.scores})
+		g.AddInput("bias", graph.Info{DType: c.dt, Known: true, Shape: c.bias})
+		b := graph.NewBuilder(g, "")
+		add := b.Add("scores", "bias")
+		g.Outputs = []string{b.Op("Softmax", []string{add}, graph.AInt("axis", -1))}
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		n, s := g.Producers()[add], g.Producers()[g.Outputs[0]]
+		if got := FusesIntoSoftmax(g, n, s, c.dt); got != c.fuses {
+			t.Errorf("%s %v + %v: fuses %v, want %v", c.dt, c.scores, c.bias, got, c.fuses)
+		}
+		if c.dt == dtype.BFloat16 {
+			if k := FlattenBroadcasts(g); k != 1 {
+				t.Errorf("bfloat16 mask: %d nodes flattened, want 1", k)
+			}
+		} else if c.fuses {
+			if k := FlattenBroadcasts(g); k != 0 {
+				t.Errorf("%s %v + %v: %d nodes flattened, want it left to the fusion", c.dt, c.scores, c.bias, k)
+			}
 		}
 	}
 }

@@ -44,6 +44,104 @@ func TestScalesFoldIntoMatMul(t *testing.T) {
 	}
 }
 
+// TestBiasSoftmaxInPlan: a float32 attention's mask Add read by its
+// Softmax alone is priced as ONNX Runtime runs it after BiasSoftmaxFusion,
+// within the Softmax (which then reads the mask too); a bfloat16 one, and
+// one whose sum something else reads as well, are kernels of their own.
+func TestBiasSoftmaxInPlan(t *testing.T) {
+	g := graph.New("bias", graph.EmitOpset)
+	for _, in := range []struct {
+		name  string
+		dt    dtype.DType
+		shape []int64
+	}{
+		{"s32", dtype.Float32, []int64{2, 3, 64, 64}}, {"m32", dtype.Float32, []int64{64, 64}},
+		{"sbf", dtype.BFloat16, []int64{2, 3, 64, 64}}, {"mbf", dtype.BFloat16, []int64{64, 64}},
+	} {
+		g.AddInput(in.name, graph.Info{DType: in.dt, Known: true, Shape: in.shape})
+	}
+	b := graph.NewBuilder(g, "")
+	softmax := func(x string) string { return b.Op("Softmax", []string{x}, graph.AInt("axis", -1)) }
+	shared := b.Add("s32", "m32")
+	g.Outputs = []string{softmax(b.Add("s32", "m32")), softmax(b.Add("sbf", "mbf")), softmax(shared), b.Mul(shared, shared)}
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	gpu, err := LookupGPU("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adds := 0
+	var fusedBytes, plainBytes float64
+	for i, c := range costGraph(g, gpu, StepOptions{}) {
+		if c.op == "Add" && c.where != elided {
+			adds++
+		}
+		if c.op == "Softmax" && g.Nodes[i].Outputs[0] == g.Outputs[0] {
+			fusedBytes = c.bytes
+		}
+		if c.op == "Softmax" && g.Nodes[i].Outputs[0] == g.Outputs[2] {
+			plainBytes = c.bytes
+		}
+	}
+	if adds != 2 {
+		t.Errorf("%d Add kernels, want 2 (the bfloat16 mask's and the shared sum's)", adds)
+	}
+	if want := plainBytes + 64*64*4; fusedBytes != want {
+		t.Errorf("the fused Softmax moves %.0f bytes, want %.0f (its own and the mask's)", fusedBytes, want)
+	}
+}
+
+// TestEmulatedMaskFlattens: a bfloat16 mask Add a Softmax reads, typed
+// float32 in a graph built emulated (so left unflattened there, as a
+// float32 one would be for BiasSoftmaxFusion), is priced as the device's
+// build runs it: flattened onto the per-channel kernel, bfloat16's class;
+// in float32 it is no kernel (fused), and an Add no Softmax reads stays on
+// the general kernel.
+func TestEmulatedMaskFlattens(t *testing.T) {
+	g := graph.New("mask", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 64, 64}})
+	g.AddInput("m", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{64, 64}})
+	b := graph.NewBuilder(g, "")
+	round := func(v string) string {
+		return b.Op("Cast", []string{b.Op("Cast", []string{v}, graph.AInt("to", int64(dtype.BFloat16)))}, graph.AInt("to", int64(dtype.Float32)))
+	}
+	scores := round(b.MatMul(round("x"), round("x")))
+	mask := round("m")
+	masked := b.Add(scores, mask)
+	other := b.Add(scores, mask)
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	g.Outputs = []string{b.Op("Softmax", []string{masked}, graph.AInt("axis", -1)), b.Mul(other, other)}
+	gpu, err := LookupGPU("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	producers := g.Producers()
+	for _, c := range []struct {
+		low             dtype.DType
+		masked, another string // classes; "" where no kernel
+	}{
+		{dtype.BFloat16, classElemBF16, classElemBroadcast},
+		{0, "", classElemBroadcast},
+	} {
+		costs := costGraph(g, gpu, StepOptions{TF32: true, low: c.low, data: map[string]bool{"x": true}})
+		class := map[*graph.Node]string{}
+		for i, n := range g.Nodes {
+			if costs[i].where == onGPU {
+				class[n] = costs[i].class
+			}
+		}
+		if got := class[producers[masked]]; got != c.masked {
+			t.Errorf("low %v: the mask Add a Softmax reads priced as %q, want %q", c.low, got, c.masked)
+		}
+		if got := class[producers[other]]; got != c.another {
+			t.Errorf("low %v: the mask Add a Mul reads priced as %q, want %q", c.low, got, c.another)
+		}
+	}
+}
+
 // TestTypeClasses: the kernels the profiles found running at rates of
 // their own by type get their own classes: an element-wise op or Cast
 // touching bfloat16, a 3-D Conv and a long-K MatMul in float16; float32

@@ -473,6 +473,11 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 	for n := range fusedScales(g, consumers, removedCasts) {
 		fused[n] = true
 	}
+	biasOf := fusedBiases(g, consumers, removedCasts, lowVal, o.low)
+	outputs := g.OutputSet()
+	for _, add := range biasOf {
+		fused[add] = true
+	}
 	var out []nodeCost
 	for _, n := range g.Nodes {
 		c := nodeCost{op: n.Op}
@@ -530,16 +535,25 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 					c.bytes += elems * (float64(o.low.Size()) + 4 + 2*rest)
 				}
 			}
+			if add := biasOf[n]; add != nil {
+				// BiasSoftmax reads the scores and the bias the Add did.
+				for _, in := range add.Inputs {
+					c.bytes += float64(deviceBytes(g, in, lowVal, o.low))
+				}
+				c.bytes -= float64(deviceBytes(g, add.Outputs[0], lowVal, o.low))
+			}
 			if c.class == classNorm && n.Op == "BatchNormalization" && (lowVal[n.Output(0)] || g.Info(n.Input(0)).DType == dtype.Float16) {
 				c.class = classNormLow
 			}
 			if (c.class == classElem || c.class == classCast) && touchesBF16(g, n, lowVal, o.low) {
 				c.class = bfloat16Class[c.class]
 			}
-			if c.class == classElem || c.class == classElemBF16 {
-				if cudaform.GeneralBroadcast(g, n) {
-					c.class = classElemBroadcast
-				}
+			// A bfloat16 mask Add a Softmax reads is float32 in a graph
+			// built emulated, which leaves it for the BiasSoftmaxFusion
+			// float32 would get; the device's build flattens it.
+			if (c.class == classElem || c.class == classElemBF16) && cudaform.GeneralBroadcast(g, n) &&
+				!(c.class == classElemBF16 && cudaform.LeftForBiasSoftmax(g, n, consumers, outputs) && cudaform.Flattenable(g, n)) {
+				c.class = classElemBroadcast
 			}
 			if c.class == classSlice || c.class == classCopy {
 				// ONNX Runtime's strided copies go by the element, not
@@ -775,6 +789,37 @@ func fusedTranspose(g *graph.Graph, consumers map[string][]*graph.Node) map[*gra
 			swap = swap && p == want
 		}
 		fused[n] = swap
+	}
+	return fused
+}
+
+// fusedBiases finds the Adds ONNX Runtime's BiasSoftmaxFusion folds into
+// the Softmax that alone reads them (cudaform.FusesIntoSoftmax; looking
+// through the rounding Casts the device would not run), keyed by that
+// Softmax: a float16 or float32 attention's mask add is no kernel of its
+// own.
+func fusedBiases(g *graph.Graph, consumers map[string][]*graph.Node, elided map[*graph.Node]bool, lowVal map[string]bool, low dtype.DType) map[*graph.Node]*graph.Node {
+	outputs := g.OutputSet()
+	fused := map[*graph.Node]*graph.Node{}
+	for _, n := range g.Nodes {
+		if n.Op != "Add" || n.Domain != "" || len(n.Outputs) != 1 {
+			continue
+		}
+		v := n.Outputs[0]
+		var reader *graph.Node
+		for !outputs[v] && len(consumers[v]) == 1 {
+			if reader = consumers[v][0]; !elided[reader] {
+				break
+			}
+			v, reader = reader.Outputs[0], nil
+		}
+		dt := g.Info(n.Outputs[0]).DType
+		if lowVal[n.Outputs[0]] {
+			dt = low
+		}
+		if reader != nil && cudaform.FusesIntoSoftmax(g, n, reader, dt) {
+			fused[reader] = n
+		}
 	}
 	return fused
 }
