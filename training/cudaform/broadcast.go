@@ -66,8 +66,9 @@ func longAxes(s []int64) int {
 // all a bias on the left needs). Reshapes move nothing, and every element
 // is computed from the same two values as before, bit for bit. An Add only
 // a Softmax reads, in a type ONNX Runtime's BiasSoftmax takes, is left for
-// its BiasSoftmaxFusion (LeftForBiasSoftmax). It returns the number of
-// nodes rewritten; node order is kept.
+// its BiasSoftmaxFusion (LeftForBiasSoftmax), an Add a LayerNormalization
+// reads for its layer-norm fusions. It returns the number of nodes
+// rewritten; node order is kept.
 func FlattenBroadcasts(g *graph.Graph) int {
 	g.TraceDims()
 	consumers, outputs := g.Consumers(), g.OutputSet()
@@ -75,7 +76,7 @@ func FlattenBroadcasts(g *graph.Graph) int {
 	nodes := slices.Clone(g.Nodes)
 	out := make([]*graph.Node, 0, len(nodes))
 	for _, n := range nodes {
-		if !GeneralBroadcast(g, n) || LeftForBiasSoftmax(g, n, consumers, outputs) {
+		if !GeneralBroadcast(g, n) || LeftForBiasSoftmax(g, n, consumers, outputs) || addBeforeLayerNorm(n, consumers) {
 			out = append(out, n)
 			continue
 		}
@@ -125,6 +126,17 @@ func LeftForBiasSoftmax(g *graph.Graph, n *graph.Node, consumers map[string][]*g
 	}
 	rs := consumers[n.Outputs[0]]
 	return len(rs) == 1 && rs[0].Op == "Softmax" && rs[0].Domain == "" && biasSoftmaxTypes[g.Info(n.Outputs[0]).DType]
+}
+
+// addBeforeLayerNorm reports whether n is an Add a LayerNormalization
+// reads, which ONNX Runtime's SkipLayerNormFusion and EmbedLayerNormFusion
+// may fold into one kernel with it (an embedding plus positions, a
+// residual sum): not worth hiding for the one node it would flatten.
+func addBeforeLayerNorm(n *graph.Node, consumers map[string][]*graph.Node) bool {
+	if n.Op != "Add" || n.Domain != "" {
+		return false
+	}
+	return slices.ContainsFunc(consumers[n.Outputs[0]], func(r *graph.Node) bool { return r.Op == "LayerNormalization" })
 }
 
 // biasSoftmaxTypes are the types ONNX Runtime's BiasSoftmax kernel (and so

@@ -16,9 +16,12 @@ import (
 // whole tensor and from a trailing run of its axes, with the batch fixed
 // and as the mean of a tensor whose batch is not; a bias on the left of a
 // Mul) leave it for the per-channel kernel, with the outputs' values bit
-// for bit as before and their shapes as before; those it cannot take that
-// way (a Div with its full operand on the right, a broadcast over an axis
-// inside the run, an operand whose unknown batch may be 1) stay, and those already fast are left alone.
+// for bit as before and their shapes as before. Those it cannot take that
+// way stay (a Div with its full operand on the right, a broadcast over an
+// axis inside the run, an operand whose unknown batch may be 1), as do a
+// float32 mask Add a Softmax reads and positions added before a
+// LayerNormalization (left for ONNX Runtime's fusions); those already
+// fast are left alone.
 func TestFlattenBroadcasts(t *testing.T) {
 	orttest.Init(t)
 	type binary struct {
@@ -80,6 +83,22 @@ func TestFlattenBroadcasts(t *testing.T) {
 	runShapes["scores"], runShapes["mask"] = []int64{2, 3, 5, 5}, []int64{5, 5}
 	g.Outputs = append(g.Outputs, b.Op("Softmax", []string{b.Add("scores", "mask")}, graph.AInt("axis", -1)))
 	cases = append(cases, binary{"Add", []int64{-1, 3, 5, 5}, []int64{5, 5}, false, true})
+	wantGeneral++
+	// Positions added to an embedding a LayerNormalization reads: left for
+	// ONNX Runtime's layer-norm fusions.
+	g.AddInput("emb", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 4, 6}})
+	g.AddInput("pos", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{4, 6}})
+	runShapes["emb"], runShapes["pos"] = []int64{2, 4, 6}, []int64{4, 6}
+	vec := func(v float64) string {
+		c, err := graph.Floats("", dtype.Float32, []int64{6}, []float64{v, v, v, v, v, v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Const(c)
+	}
+	ones, zeros := vec(1), vec(0)
+	g.Outputs = append(g.Outputs, b.Op("LayerNormalization", []string{b.Add("emb", "pos"), ones, zeros}, graph.AInt("axis", -1)))
+	cases = append(cases, binary{"Add", []int64{-1, 4, 6}, []int64{4, 6}, false, true})
 	wantGeneral++
 	if b.Err != nil {
 		t.Fatal(b.Err)
