@@ -170,9 +170,9 @@ func (g *Graph) traceDims(n *Node) {
 				} else if t[a] == -1 {
 					// The -1 is the input's one unknown size where the
 					// other sizes on both sides multiply to the same.
-					xk, xu, _ := g.sizeParts(n.Input(0))
-					ok, ou, _ := g.sizeParts(out)
-					if xu == 1 && ou == 1 && xk == ok {
+					inKnown, inUnknown, _ := g.sizeParts(n.Input(0))
+					outKnown, outUnknown, _ := g.sizeParts(out)
+					if inUnknown == 1 && outUnknown == 1 && inKnown == outKnown {
 						from(a, n.Input(0), slices.Index(xi.Shape, -1))
 					}
 				}
