@@ -3,6 +3,7 @@ package graph
 import (
 	"math"
 	"slices"
+	"strings"
 )
 
 // Sizes not known before the run (the batch) still have an identity: the
@@ -225,10 +226,13 @@ func (g *Graph) sliceKeeps(n *Node, a, r int) bool {
 // broadcastRoot traces dimension a of an elementwise op's output: it is
 // the inputs' unknown dimension there when every input with an unknown
 // size at a has the same root (or roots sameRoot matches) and every other
-// input has size 1 (or no such axis).
+// input has size 1 (or no such axis). Where the roots differ, the size is
+// their broadcast, a function of theirs: recorded as their union (every
+// root once, those of earlier unions taken apart), which SameDim matches
+// against another's, and no root.
 func (g *Graph) broadcastRoot(n *Node, roots []dimRef, a int) {
 	r := len(roots)
-	var found dimRef
+	var members []dimRef
 	for _, in := range n.Inputs {
 		i := g.Infos[in]
 		if !i.Known {
@@ -239,17 +243,45 @@ func (g *Graph) broadcastRoot(n *Node, roots []dimRef, a int) {
 		case ax < 0 || i.Shape[ax] == 1:
 		case i.Shape[ax] < 0:
 			d := g.root(in, ax)
-			if found.value != "" && !g.sameRoot(found, d) {
-				return
-			}
-			if found.value == "" {
-				found = d
+			if u, ok := g.dimUnions[d]; ok {
+				members = append(members, u...)
+			} else {
+				members = append(members, d)
 			}
 		default:
 			return
 		}
 	}
-	roots[a] = found
+	var distinct []dimRef
+	for _, m := range members {
+		if !slices.ContainsFunc(distinct, func(d dimRef) bool { return g.sameRoot(d, m) }) {
+			distinct = append(distinct, m)
+		}
+	}
+	switch len(distinct) {
+	case 0:
+	case 1:
+		roots[a] = distinct[0]
+	default:
+		slices.SortFunc(distinct, func(x, y dimRef) int {
+			if c := strings.Compare(x.value, y.value); c != 0 {
+				return c
+			}
+			return x.axis - y.axis
+		})
+		if g.dimUnions == nil {
+			g.dimUnions = map[dimRef][]dimRef{}
+		}
+		g.dimUnions[dimRef{n.Output(0), a}] = distinct
+	}
+}
+
+// sameUnion reports whether two roots are broadcasts of the same roots
+// (broadcastRoot's unions; a root that is none is its own).
+func (g *Graph) sameUnion(a, b dimRef) bool {
+	ua, oka := g.dimUnions[a]
+	ub, okb := g.dimUnions[b]
+	return oka && okb && slices.Equal(ua, ub)
 }
 
 // sameRoot reports whether two roots are the same size: the same
@@ -334,5 +366,8 @@ func (g *Graph) SameDim(a string, ai int, b string, bi int) bool {
 		return true
 	}
 	an, bn := g.Dims[av], g.Dims[bv]
-	return aa >= 0 && ba >= 0 && aa < len(an) && ba < len(bn) && an[aa] != "" && an[aa] == bn[ba]
+	if aa >= 0 && ba >= 0 && aa < len(an) && ba < len(bn) && an[aa] != "" && an[aa] == bn[ba] {
+		return true
+	}
+	return g.sameUnion(dimRef{av, aa}, dimRef{bv, ba})
 }

@@ -205,7 +205,10 @@ type Graph struct {
 	shapeOf  map[string]string   // outputs of whole-tensor Shape nodes -> their input
 	partial  map[string][]int64  // shape vectors FoldShapes knows in part (unknownElem or symbols for the rest)
 	dimRoots map[string][]dimRef // unknown dimensions FoldShapes traced to earlier ones (dimroots.go)
-	dimSyms  []dimRef            // the dimensions partial values' symbols stand for
+	// dimUnions holds, for an unknown dimension an element-wise op
+	// broadcast from inputs of different roots, those roots (dimroots.go)
+	dimUnions map[dimRef][]dimRef
+	dimSyms   []dimRef // the dimensions partial values' symbols stand for
 }
 
 // New returns an empty graph at the given opset.
@@ -459,6 +462,9 @@ func (g *Graph) Clone() *Graph {
 	c.seq = g.seq
 	if g.partial != nil {
 		c.partial = maps.Clone(g.partial)
+	}
+	if g.dimUnions != nil {
+		c.dimUnions = maps.Clone(g.dimUnions)
 	}
 	if g.dimRoots != nil {
 		c.dimRoots = maps.Clone(g.dimRoots)

@@ -165,6 +165,7 @@ func TestSameDimThroughSlice(t *testing.T) {
 // reduction that keeps it, a Sum of values that share it, and a Pad of
 // other axes of two inputs whose batch has the same name; a reshape that
 // splits the batch and an input whose size is its own stay unmatched.
+// Sizes broadcast from the same unrelated sizes match each other.
 func TestTraceDimsThroughTheBackward(t *testing.T) {
 	g := New("t", EmitOpset)
 	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 6}})
@@ -189,6 +190,26 @@ func TestTraceDimsThroughTheBackward(t *testing.T) {
 	}
 	if g.SameDim("other", 0, "x", 0) {
 		t.Errorf("an input's own unknown size is said to be x's batch")
+	}
+
+	// Broadcasts of the same unrelated sizes are the same size; of others,
+	// not.
+	u := New("u", EmitOpset)
+	for _, in := range []string{"p", "q", "r"} {
+		u.AddInput(in, Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4}})
+	}
+	ub := NewBuilder(u, "")
+	pq := ub.Add("p", "q")
+	qp := ub.Cast(ub.Mul(ub.Neg("q"), "p"), ort.Float32)
+	pqp := ub.Sub(pq, "p")
+	pr := ub.Add("p", "r")
+	u.Outputs = []string{pq, qp, pqp, pr}
+	u.TraceDims()
+	if !u.SameDim(pq, 0, qp, 0) || !u.SameDim(pq, 0, pqp, 0) {
+		t.Errorf("p+q, -q·p and p+q-p: their batches are not known to be the same")
+	}
+	if u.SameDim(pq, 0, pr, 0) || u.SameDim(pq, 0, "p", 0) {
+		t.Errorf("p+q's batch is said to be p+r's or p's")
 	}
 }
 
