@@ -805,14 +805,7 @@ func fusedBiases(g *graph.Graph, consumers map[string][]*graph.Node, elided map[
 		if n.Op != "Add" || n.Domain != "" || len(n.Outputs) != 1 {
 			continue
 		}
-		v := n.Outputs[0]
-		var reader *graph.Node
-		for !outputs[v] && len(consumers[v]) == 1 {
-			if reader = consumers[v][0]; !elided[reader] {
-				break
-			}
-			v, reader = reader.Outputs[0], nil
-		}
+		reader := soleReader(n.Outputs[0], consumers, elided, outputs)
 		dt := g.Info(n.Outputs[0]).DType
 		if lowVal[n.Outputs[0]] {
 			dt = low
@@ -822,6 +815,20 @@ func fusedBiases(g *graph.Graph, consumers map[string][]*graph.Node, elided map[
 		}
 	}
 	return fused
+}
+
+// soleReader follows v down through elided Casts, each read by one node,
+// to its one reader; nil where a value on the way is read by more or none,
+// or is among outputs.
+func soleReader(v string, consumers map[string][]*graph.Node, elided map[*graph.Node]bool, outputs map[string]bool) *graph.Node {
+	for !outputs[v] && len(consumers[v]) == 1 {
+		r := consumers[v][0]
+		if !elided[r] {
+			return r
+		}
+		v = r.Outputs[0]
+	}
+	return nil
 }
 
 // fusedScales finds the Muls and Divs by a constant scalar that ONNX
@@ -849,19 +856,6 @@ func fusedScales(g *graph.Graph, consumers map[string][]*graph.Node, elided map[
 			v = p.Input(0)
 		}
 	}
-	// forward follows v down through elided Casts to its one reader.
-	forward := func(v string) *graph.Node {
-		for {
-			rs := consumers[v]
-			if len(rs) != 1 {
-				return nil
-			}
-			if !elided[rs[0]] {
-				return rs[0]
-			}
-			v = rs[0].Outputs[0]
-		}
-	}
 	fused := map[*graph.Node]bool{}
 	for _, n := range g.Nodes {
 		if (n.Op != "Mul" && n.Op != "Div") || n.Domain != "" || len(n.Inputs) != 2 {
@@ -873,7 +867,7 @@ func fusedScales(g *graph.Graph, consumers map[string][]*graph.Node, elided map[
 			}
 			if p := back(n.Inputs[1-k]); p != nil && p.Op == "MatMul" && p.Domain == "" {
 				fused[n] = true
-			} else if r := forward(n.Outputs[0]); r != nil && r.Op == "MatMul" && r.Domain == "" {
+			} else if r := soleReader(n.Outputs[0], consumers, elided, nil); r != nil && r.Op == "MatMul" && r.Domain == "" {
 				fused[n] = true
 			}
 		}
