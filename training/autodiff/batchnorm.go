@@ -102,10 +102,10 @@ func (c count) scalar(b *B, key string, f func(m float64) float64, op func(m, ou
 	return shared(b, key+"("+strings.TrimPrefix(c.v, sharedPrefix)+")", func(out string) { op(c.v, out) })
 }
 
-// inverse is 1/M.
-func (c count) inverse(b *B) string {
-	return c.scalar(b, "inverse", func(m float64) float64 { return 1 / m }, func(m, out string) {
-		b.OpInto(out, "Div", []string{b.Scalar(c.dt, 1), m})
+// negInverse is -1/M.
+func (c count) negInverse(b *B) string {
+	return c.scalar(b, "negInverse", func(m float64) float64 { return -1 / m }, func(m, out string) {
+		b.OpInto(out, "Div", []string{b.Scalar(c.dt, -1), m})
 	})
 }
 
@@ -186,10 +186,14 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 //
 //	dβ = Σg,  dγ = Σ g·x̂,  dX = γ/√(σ²+ε) · (g - x̂·dγ/M - dβ/M)
 //
-// x̂, x̂·dγ/M and dX are each one BatchNormalization node (x̂'s with
-// scale 1, x̂·dγ/M's with scale dγ/M, dX's with mean dβ/M), so the
-// backward keeps only X and the per-channel statistics from the forward
-// and reshapes nothing.
+// x̂, w = -(x̂·dγ + dβ)/M and dX = γ/√(σ²+ε)·(g + w) are each one
+// BatchNormalization node (x̂'s with scale 1; w's with scale -dγ/M and
+// bias -dβ/M; dX's over g + w with mean 0), so the backward keeps only X
+// and the per-channel statistics from the forward and reshapes nothing.
+// Where the forward ran its BatchNorm in a low type, w, g + w and dX are
+// element-wise in what X and g are on the device, and
+// precision.LowBatchNorms runs all three there: only the reductions
+// need the float32 copies.
 func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	dx := make([]string, len(n.Inputs))
 	g := dy[0]
@@ -218,15 +222,19 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	if need[1] {
 		dx[1] = sumGX
 	}
-	inv := elemsPerChannel(b, x(n), b.Info(g).DType, bc).inverse(b)
-	// x̂·dγ/M is x normalised with scale dγ/M, which takes the flat dγ
-	// (in the scale's type, should the gradient's differ).
-	u := b.Mul(sumGX, inv)
-	if dt := b.Info(scale).DType; b.Info(u).DType != dt {
-		u = b.Cast(u, dt)
+	neg := elemsPerChannel(b, x(n), b.Info(g).DType, bc).negInverse(b)
+	// w is x normalised with scale -dγ/M and bias -dβ/M, which take the
+	// flat sums (in the scale's type, should the gradient's differ).
+	perChannel := func(sum string) string {
+		u := b.Mul(sum, neg)
+		if dt := b.Info(scale).DType; b.Info(u).DType != dt {
+			u = b.Cast(u, dt)
+		}
+		return u
 	}
-	h := b.Sub(g, affine(b, n, x(n), u, channelFill(b, scale, 0), mean, v))
-	dx[0] = affine(b, n, h, scale, channelFill(b, scale, 0), b.Mul(sumG, inv), v)
+	w := affine(b, n, x(n), perChannel(sumGX), perChannel(sumG), mean, v)
+	zero := channelFill(b, scale, 0)
+	dx[0] = affine(b, n, b.Add(g, w), scale, zero, channelFill(b, v, 0), v)
 	return dx
 }
 

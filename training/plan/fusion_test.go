@@ -264,3 +264,45 @@ func TestBackwardOpsOnLowValuesRunLow(t *testing.T) {
 		t.Errorf("the backward's Exp over a low value is typed float32")
 	}
 }
+
+// TestBatchNormGradRunsLow: a BatchNorm backward's element-wise part as a
+// CPU build writes it (the gradient a float32 Relu computed over the
+// rounded input, as ortrain's CPU builds run Relu), replayed in float16:
+// w, g + w and dX are low values on the device, as precision.LowBatchNorms
+// builds them there, and the Cast after dX is no kernel; in bfloat16
+// (no such BatchNorm kernel) all stay float32.
+func TestBatchNormGradRunsLow(t *testing.T) {
+	for _, low := range []dtype.DType{dtype.Float16, dtype.BFloat16} {
+		g := graph.New("bngrad", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 4, 6, 6}})
+		for _, p := range []string{"gamma", "zero", "mean", "var", "s"} {
+			g.AddInput(p, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{4}})
+		}
+		b := graph.NewBuilder(g, artifacts.GradientPrefix)
+		round := func(v string) string {
+			return b.Op("Cast", []string{b.Op("Cast", []string{v}, graph.AInt("to", int64(low)))}, graph.AInt("to", int64(dtype.Float32)))
+		}
+		x32 := round("x")
+		g32 := b.Relu(x32)
+		w := b.Op("BatchNormalization", []string{x32, "s", "s", "mean", "var"})
+		sum := b.Add(g32, w)
+		dx := b.Op("BatchNormalization", []string{sum, "gamma", "zero", "zero", "var"})
+		cast := b.Op("Cast", []string{dx}, graph.AInt("to", int64(low)))
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		g.Outputs = []string{b.Op("Cast", []string{cast}, graph.AInt("to", int64(dtype.Float32))), b.ReduceSum(b.Mul(g32, x32), false)}
+		lowVal, elide := lowTyping(g, map[string]bool{"x": true}, low)
+		want := low == dtype.Float16
+		for _, v := range []string{w, sum, dx} {
+			if lowVal[v] != want {
+				t.Errorf("%v: %s typed low %v, want %v", low, v, lowVal[v], want)
+			}
+		}
+		for _, n := range g.Nodes {
+			if n.Op == "Cast" && n.Output(0) == cast && elide[n] != want {
+				t.Errorf("%v: the Cast of dX elided %v, want %v", low, elide[n], want)
+			}
+		}
+	}
+}

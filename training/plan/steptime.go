@@ -638,6 +638,18 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 		_, readers, ok := precision.LowBatchNorm(g, producers, consumers, outputs, n)
 		return ok && dtype.DType(readers[0].Int("to", 0)) == low
 	}
+	// gradW: the first BatchNormalization of a BatchNorm backward's
+	// element-wise part (precision.LowBatchNormGrad), and gradF the last:
+	// where both the input's and the gradient's float32 values are low
+	// values on the device, its build runs the part in the low type.
+	gradW, gradF := map[*graph.Node]*graph.Node{}, map[*graph.Node]bool{}
+	if low == dtype.Float16 {
+		for _, n := range g.Nodes {
+			if m, ok := precision.LowBatchNormGrad(g, producers, consumers, outputs, n); ok && dtype.DType(m.Readers[0].Int("to", 0)) == low {
+				gradW[m.W] = n
+			}
+		}
+	}
 	activation := map[string]bool{}
 	for v := range data {
 		activation[v] = true
@@ -706,6 +718,13 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				elide[n] = !needed
 			}
 		case n.Op == "BatchNormalization" && up[n.Input(0)] && lowBN(n):
+			lowVal[n.Outputs[0]] = true
+		case gradW[n] != nil && up[n.Input(0)]:
+			// The sum after it (a Follow op) is low where the gradient
+			// is; the last BatchNormalization then is too.
+			gradF[gradW[n]] = true
+			lowVal[n.Outputs[0]] = true
+		case gradF[n] && lowVal[n.Input(0)]:
 			lowVal[n.Outputs[0]] = true
 		case n.Op == "Softmax" && lowVal[n.Input(0)] && slices.ContainsFunc(consumers[n.Outputs[0]], func(r *graph.Node) bool { return precision.IsCast(r, low) }):
 			// precision.LowSoftmaxes: the device's build runs it low.

@@ -1,6 +1,8 @@
 package precision
 
 import (
+	"slices"
+
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -19,15 +21,34 @@ import (
 //
 // The per-channel inputs rounded to the low type change the output by
 // about one rounding of it. Each per-channel value is cast once for every
-// layer that reads it (a layer and its recomputation share the copy). It
-// returns the number of nodes rewritten; the float32 copies nothing reads
-// any more are left to Prune. An error leaves g half rewritten.
+// layer that reads it (a layer and its recomputation share the copy).
+//
+// The backward's element-wise part of a training BatchNorm (autodiff's
+// w = BN(x, -dγ/M, -dβ/M), g + w and dX = BN(g + w, γ, 0, 0, σ²); see
+// LowBatchNormGrad) is given the low type the same way where g and x
+// are float32 copies of low values and dX goes on in the low type: three
+// passes that read and write the low type instead of float32 and need
+// neither the float32 sum nor the float32 dX nor its Cast. Each of the
+// three rounds its output once (cuDNN computes each in float32), where
+// the float32 chain rounded dX once; the error stays of the order of the
+// low rounding of g that dX inherits anyway.
+//
+// It returns the number of nodes rewritten (a backward counts one); the
+// float32 values nothing reads any more are left to Prune. An error
+// leaves g half rewritten.
 func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error) {
 	if kernels == nil || low == 0 {
 		return 0, nil
 	}
 	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
-	type match struct{ readers []*graph.Node }
+	type lowGrad struct {
+		w    *graph.Node
+		x, g string // the low values
+	}
+	type match struct {
+		readers []*graph.Node
+		grad    *lowGrad
+	}
 	found := map[*graph.Node]match{}
 	var first *graph.Node
 	// The per-channel vectors that are graph inputs (a layer's scale and
@@ -35,20 +56,33 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 	// one Concat, Cast and Split for all layers, before the first.
 	var whole []string
 	seen := map[string]bool{}
-	for _, n := range g.Nodes {
-		x32, readers, ok := LowBatchNorm(g, producers, consumers, outputs, n)
-		if !ok || g.Info(producers[x32].Input(0)).DType != low || dtype.DType(readers[0].Int("to", 0)) != low || !kernels(n, low) {
-			continue
-		}
-		found[n] = match{readers}
-		if first == nil {
-			first = n
-		}
-		for _, v := range n.Inputs[1:5] {
+	perChannel := func(vs []string) {
+		for _, v := range vs {
 			if i := g.Info(v); producers[v] == nil && i.DType != low && i.Static() && i.Rank() == 1 && !seen[v] {
 				seen[v] = true
 				whole = append(whole, v)
 			}
+		}
+	}
+	for _, n := range g.Nodes {
+		if m, ok := LowBatchNormGrad(g, producers, consumers, outputs, n); ok {
+			x, gr := lowSource(g, producers, m.X32, low), lowSource(g, producers, m.G32, low)
+			if x == "" || gr == "" || dtype.DType(m.Readers[0].Int("to", 0)) != low ||
+				!kernels(m.W, low) || !kernels(m.Add, low) || !kernels(n, low) {
+				continue
+			}
+			found[n] = match{m.Readers, &lowGrad{m.W, x, gr}}
+			perChannel(append(slices.Clone(m.W.Inputs[1:5]), n.Inputs[1:5]...))
+		} else {
+			x32, readers, ok := LowBatchNorm(g, producers, consumers, outputs, n)
+			if !ok || g.Info(producers[x32].Input(0)).DType != low || dtype.DType(readers[0].Int("to", 0)) != low || !kernels(n, low) {
+				continue
+			}
+			found[n] = match{readers: readers}
+			perChannel(n.Inputs[1:5])
+		}
+		if first == nil {
+			first = n
 		}
 	}
 	if len(found) == 0 {
@@ -74,17 +108,20 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 		if n == first && len(whole) > 0 {
 			emit(func() { castTogether(b, whole, low, lowCopy) })
 		}
-		inputs := []string{producers[n.Input(0)].Input(0)}
-		for _, v := range n.Inputs[1:5] {
-			c, done := lowCopy[v]
-			if !done && g.Info(v).DType == low {
-				c, done = v, true
+		lowOf := func(vs []string) []string {
+			var copies []string
+			for _, v := range vs {
+				c, done := lowCopy[v]
+				if !done && g.Info(v).DType == low {
+					c, done = v, true
+				}
+				if !done {
+					emit(func() { c = b.Cast(v, low) })
+					lowCopy[v] = c
+				}
+				copies = append(copies, c)
 			}
-			if !done {
-				emit(func() { c = b.Cast(v, low) })
-				lowCopy[v] = c
-			}
-			inputs = append(inputs, c)
+			return copies
 		}
 		// The node writes the first low copy's value; the other copies'
 		// readers read it too.
@@ -93,7 +130,19 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 			drop[r] = true
 			rename[r.Outputs[0]] = out
 		}
-		n.Inputs = inputs
+		if d := m.grad; d != nil {
+			// w, g + w and dX again, over the low values, in F's place
+			// (everything they read is computed before it); the float32
+			// w and sum are left to Prune.
+			params := lowOf(append(slices.Clone(d.w.Inputs[1:5]), n.Inputs[1:5]...))
+			emit(func() {
+				w := b.Op("BatchNormalization", append([]string{d.x}, params[:4]...), d.w.Attrs...)
+				b.OpInto(out, "BatchNormalization", append([]string{b.Add(d.g, w)}, params[4:]...), n.Attrs...)
+			})
+			drop[n] = true
+			continue
+		}
+		n.Inputs = append([]string{producers[n.Input(0)].Input(0)}, lowOf(n.Inputs[1:5])...)
 		n.Outputs = []string{out}
 		nodes = append(nodes, n)
 	}
@@ -148,30 +197,98 @@ func castTogether(b *graph.Builder, vs []string, low dtype.DType, copies map[str
 // them, and so ask the same question of a graph whose types are not the
 // device's.
 func LowBatchNorm(g *graph.Graph, producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, n *graph.Node) (x32 string, readers []*graph.Node, ok bool) {
-	if n.Op != "BatchNormalization" || n.Domain != "" || n.Int("training_mode", 0) != 0 || len(n.Inputs) != 5 {
+	if !inferenceBN(n) {
 		return "", nil, false
+	}
+	p := producers[n.Input(0)]
+	if p == nil || !IsCast(p, dtype.Float32) {
+		return "", nil, false
+	}
+	readers, ok = lowReaders(consumers, outputs, n.Outputs[0])
+	return n.Input(0), readers, ok
+}
+
+// BatchNormGrad is the element-wise part of a training BatchNorm's
+// backward as autodiff writes it: W = BN(X32, s, t, μ, σ²), Add = G32 + W's
+// output, F = BN(that sum, γ, 0, 0, σ²), F's output read only by Casts to
+// one type other than float32 (Readers). LowBatchNorms rewrites it where
+// X32 and G32 are Casts of X and G, values in that type.
+type BatchNormGrad struct {
+	W, Add   *graph.Node
+	X32, G32 string
+	Readers  []*graph.Node
+}
+
+// LowBatchNormGrad reports whether f ends a BatchNormGrad, as
+// LowBatchNorm does for the forward: the pattern but for the types (a
+// graph built for a CPU computes G32 in float32 where the device's build
+// casts it from the low type).
+func LowBatchNormGrad(g *graph.Graph, producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, f *graph.Node) (BatchNormGrad, bool) {
+	var m BatchNormGrad
+	if !inferenceBN(f) {
+		return m, false
+	}
+	sole := func(v string, reader *graph.Node) *graph.Node {
+		if p := producers[v]; p != nil && !outputs[v] && len(consumers[v]) == 1 && consumers[v][0] == reader {
+			return p
+		}
+		return nil
+	}
+	m.Add = sole(f.Input(0), f)
+	if m.Add == nil || m.Add.Op != "Add" || m.Add.Domain != "" || len(m.Add.Inputs) != 2 {
+		return m, false
+	}
+	for i := range 2 {
+		if w := sole(m.Add.Input(i), m.Add); w != nil && inferenceBN(w) && w.Input(4) == f.Input(4) {
+			m.W, m.X32, m.G32 = w, w.Input(0), m.Add.Input(1-i)
+			break
+		}
+	}
+	if m.W == nil {
+		return m, false
+	}
+	readers, ok := lowReaders(consumers, outputs, f.Outputs[0])
+	m.Readers = readers
+	return m, ok
+}
+
+// lowSource is the value in low that v, a float32 Cast of it, copies; ""
+// for any other v.
+func lowSource(g *graph.Graph, producers map[string]*graph.Node, v string, low dtype.DType) string {
+	if p := producers[v]; p != nil && IsCast(p, dtype.Float32) && g.Info(p.Input(0)).DType == low {
+		return p.Input(0)
+	}
+	return ""
+}
+
+// inferenceBN reports whether n is an inference-mode BatchNormalization
+// with one output.
+func inferenceBN(n *graph.Node) bool {
+	if n.Op != "BatchNormalization" || n.Domain != "" || n.Int("training_mode", 0) != 0 || len(n.Inputs) != 5 {
+		return false
 	}
 	for _, o := range n.Outputs[1:] {
 		if o != "" {
-			return "", nil, false
+			return false
 		}
 	}
-	y := n.Outputs[0]
-	p := producers[n.Input(0)]
-	if p == nil || !IsCast(p, dtype.Float32) || outputs[y] {
-		return "", nil, false
-	}
-	readers = consumers[y]
-	if len(readers) == 0 {
-		return "", nil, false
+	return true
+}
+
+// lowReaders returns y's readers when they are all Casts of it to one
+// type other than float32 and y is no graph output.
+func lowReaders(consumers map[string][]*graph.Node, outputs map[string]bool, y string) ([]*graph.Node, bool) {
+	readers := consumers[y]
+	if outputs[y] || len(readers) == 0 {
+		return nil, false
 	}
 	to := dtype.DType(readers[0].Int("to", 0))
 	for _, r := range readers {
 		if !IsCast(r, to) || to == dtype.Float32 || len(r.Outputs) != 1 || r.Input(0) != y {
-			return "", nil, false
+			return nil, false
 		}
 	}
-	return n.Input(0), readers, true
+	return readers, true
 }
 
 // IsCast reports whether n is a Cast to dt.

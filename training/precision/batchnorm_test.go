@@ -91,3 +91,109 @@ func TestLowBatchNorms(t *testing.T) {
 		})
 	}
 }
+
+// bnGradGraph is the element-wise part of a training BatchNorm's backward
+// as autodiff writes it over a low input x and gradient g, their float32
+// copies read by the reductions too: w = BN(x32, s, t, μ, σ²), h = g32 + w,
+// dX = BN(h, γ, 0, 0, σ²), cast to low for the Relu after it. gFloat
+// computes g32 in float32 instead (a CPU build's Relu gradient).
+func bnGradGraph(low dtype.DType, gFloat bool) *graph.Graph {
+	g := graph.New("t", graph.EmitOpset)
+	for _, v := range []string{"x", "g"} {
+		g.AddInput(v, graph.Info{DType: low, Known: true, Shape: []int64{2, 3, 4, 4}})
+	}
+	for _, p := range []string{"gamma", "zero", "mean", "var", "sums"} {
+		g.AddInput(p, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{3}})
+	}
+	b := graph.NewBuilder(g, "")
+	x32, g32 := b.Cast("x", dtype.Float32), b.Cast("g", dtype.Float32)
+	if gFloat {
+		g32 = b.Relu(g32)
+	}
+	s, t := b.Neg("sums"), b.Sqrt("sums") // per-channel values computed in the graph
+	w := b.Op("BatchNormalization", []string{x32, s, t, "mean", "var"})
+	dx := b.Op("BatchNormalization", []string{b.Add(g32, w), "gamma", "zero", "zero", "var"})
+	g.Outputs = []string{b.Relu(b.Cast(dx, low)), b.ReduceSum(g32, false), b.ReduceSum(b.Mul(g32, x32), false)}
+	return g
+}
+
+// TestLowBatchNormGrads: the backward's w, g + w and dX read and write the
+// low type where the device has the kernels (reading x and g, not their
+// float32 copies, which only the reductions still read; dX is the value
+// the Relu reads); left alone without the kernels or where the gradient is
+// a float32 value of its own.
+func TestLowBatchNormGrads(t *testing.T) {
+	all := func(*graph.Node, dtype.DType) bool { return true }
+	noAdd := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Add" }
+	for _, tc := range []struct {
+		name   string
+		gFloat bool
+		k      Kernels
+		want   int
+	}{
+		{"float16", false, all, 1},
+		{"no Add kernel", false, noAdd, 0},
+		{"float32 gradient", true, all, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := bnGradGraph(dtype.Float16, tc.gFloat)
+			if got, err := LowBatchNorms(g, dtype.Float16, tc.k); err != nil || got != tc.want {
+				t.Fatalf("rewrote %d (%v), want %d", got, err, tc.want)
+			}
+			g.Prune()
+			if err := g.Sort(); err != nil {
+				t.Fatal(err)
+			}
+			var bns []*graph.Node
+			var add, relu *graph.Node
+			for _, n := range g.Nodes {
+				switch n.Op {
+				case "BatchNormalization":
+					bns = append(bns, n)
+				case "Add":
+					add = n
+				case "Relu":
+					if n.Output(0) == g.Outputs[0] {
+						relu = n
+					}
+				}
+			}
+			if len(bns) != 2 {
+				t.Fatalf("%d BatchNorms, want 2", len(bns))
+			}
+			if tc.want == 0 {
+				for _, n := range bns {
+					if dt := g.Info(n.Output(0)).DType; dt != dtype.Float32 {
+						t.Errorf("%s writes %v", n.Describe(), dt)
+					}
+				}
+				return
+			}
+			w, dx := bns[0], bns[1]
+			if w.Input(0) != "x" || add.Input(0) != "g" || add.Input(1) != w.Output(0) || dx.Input(0) != add.Output(0) || relu.Input(0) != dx.Output(0) {
+				t.Fatalf("not rewired: %s, %s, %s, %s", w.Describe(), add.Describe(), dx.Describe(), relu.Describe())
+			}
+			for _, n := range []*graph.Node{w, dx} {
+				for i := range 5 {
+					if dt := g.Info(n.Input(i)).DType; dt != dtype.Float16 {
+						t.Errorf("%s: input %d is %v", n.Describe(), i, dt)
+					}
+				}
+				if dt := g.Info(n.Output(0)).DType; dt != dtype.Float16 {
+					t.Errorf("%s writes %v", n.Describe(), dt)
+				}
+			}
+			// x and g's float32 copies (for the reductions), gamma, zero,
+			// mean and var together, and each computed per-channel value.
+			casts := 0
+			for _, n := range g.Nodes {
+				if n.Op == "Cast" {
+					casts++
+				}
+			}
+			if casts != 5 {
+				t.Errorf("%d Casts, want 5", casts)
+			}
+		})
+	}
+}
