@@ -93,16 +93,17 @@ func TestLowBatchNorms(t *testing.T) {
 }
 
 // bnGradGraph is the element-wise part of a training BatchNorm's backward
-// as autodiff writes it over a low input x and gradient g, their float32
-// copies read by the reductions too: w = BN(x32, s, t, μ, σ²), h = g32 + w,
-// dX = BN(h, γ, 0, 0, σ²), cast to low for the Relu after it. gFloat
-// computes g32 in float32 instead (a CPU build's Relu gradient).
+// as autodiff writes it over a low input x and gradient g: w = BN(x32, s,
+// t, μ, σ²), h = g32 + w, dX = BN(h, γ, 0, 0, σ²), cast to low for the
+// Relu after it, with the reductions over g32 and g32·x̂, x̂ = BN(x32, 1,
+// 0, μ, σ²). gFloat computes g32 in float32 instead (a CPU build's Relu
+// gradient).
 func bnGradGraph(low dtype.DType, gFloat bool) *graph.Graph {
 	g := graph.New("t", graph.EmitOpset)
 	for _, v := range []string{"x", "g"} {
 		g.AddInput(v, graph.Info{DType: low, Known: true, Shape: []int64{2, 3, 4, 4}})
 	}
-	for _, p := range []string{"gamma", "zero", "mean", "var", "sums"} {
+	for _, p := range []string{"gamma", "one", "zero", "mean", "var", "sums"} {
 		g.AddInput(p, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{3}})
 	}
 	b := graph.NewBuilder(g, "")
@@ -113,15 +114,21 @@ func bnGradGraph(low dtype.DType, gFloat bool) *graph.Graph {
 	s, t := b.Neg("sums"), b.Sqrt("sums") // per-channel values computed in the graph
 	w := b.Op("BatchNormalization", []string{x32, s, t, "mean", "var"})
 	dx := b.Op("BatchNormalization", []string{b.Add(g32, w), "gamma", "zero", "zero", "var"})
-	g.Outputs = []string{b.Relu(b.Cast(dx, low)), b.ReduceSum(g32, false), b.ReduceSum(b.Mul(g32, x32), false)}
+	xhat := b.Op("BatchNormalization", []string{x32, "one", "zero", "mean", "var"})
+	// The forward's BatchNorm recomputed, for the Relu's gradient.
+	y := b.Op("BatchNormalization", []string{x32, "gamma", "zero", "mean", "var"})
+	g.Outputs = []string{b.Relu(b.Cast(dx, low)), b.ReduceSum(g32, false), b.ReduceSum(b.Mul(g32, xhat), false),
+		b.Greater(b.Cast(y, low), b.ScalarLike("x", 0))}
 	return g
 }
 
 // TestLowBatchNormGrads: the backward's w, g + w and dX read and write the
 // low type where the device has the kernels (reading x and g, not their
-// float32 copies, which only the reductions still read; dX is the value
-// the Relu reads); left alone without the kernels or where the gradient is
-// a float32 value of its own.
+// float32 copies; dX is the value the Relu reads), and x̂ reads x, its
+// output cast up for the product with g32, which the reductions read
+// still; all three left alone without the kernels or where the gradient
+// is a float32 value of its own. The forward's BatchNorm recomputed over
+// the same float32 copy is rewritten as LowBatchNorms does any.
 func TestLowBatchNormGrads(t *testing.T) {
 	all := func(*graph.Node, dtype.DType) bool { return true }
 	noAdd := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Add" }
@@ -131,9 +138,9 @@ func TestLowBatchNormGrads(t *testing.T) {
 		k      Kernels
 		want   int
 	}{
-		{"float16", false, all, 1},
-		{"no Add kernel", false, noAdd, 0},
-		{"float32 gradient", true, all, 0},
+		{"float16", false, all, 3},
+		{"no Add kernel", false, noAdd, 1},
+		{"float32 gradient", true, all, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := bnGradGraph(dtype.Float16, tc.gFloat)
@@ -158,22 +165,42 @@ func TestLowBatchNormGrads(t *testing.T) {
 					}
 				}
 			}
-			if len(bns) != 2 {
-				t.Fatalf("%d BatchNorms, want 2", len(bns))
+			if len(bns) != 4 {
+				t.Fatalf("%d BatchNorms, want 4", len(bns))
 			}
-			if tc.want == 0 {
+			if tc.want == 1 {
 				for _, n := range bns {
-					if dt := g.Info(n.Output(0)).DType; dt != dtype.Float32 {
+					forward := n.Input(1) != "gamma" && n.Input(1) != "one" && g.Consumers()[n.Output(0)][0].Op == "Greater"
+					if dt := g.Info(n.Output(0)).DType; (dt == dtype.Float16) != forward {
 						t.Errorf("%s writes %v", n.Describe(), dt)
 					}
 				}
 				return
 			}
-			w, dx := bns[0], bns[1]
+			var xhat, w, dx, fwd *graph.Node
+			consumers := g.Consumers()
+			for _, n := range bns {
+				switch {
+				case consumers[n.Output(0)][0].Op == "Greater":
+					fwd = n
+				case consumers[n.Output(0)][0].Op == "Cast":
+					xhat = n
+				case n.Input(0) == add.Output(0):
+					dx = n
+				default:
+					w = n
+				}
+			}
+			if xhat == nil || w == nil || dx == nil || fwd == nil {
+				t.Fatalf("x̂ %v, w %v, dX %v, the forward's %v", xhat, w, dx, fwd)
+			}
+			if xhat.Input(0) != "x" {
+				t.Errorf("x̂ reads %s, want x", xhat.Input(0))
+			}
 			if w.Input(0) != "x" || add.Input(0) != "g" || add.Input(1) != w.Output(0) || dx.Input(0) != add.Output(0) || relu.Input(0) != dx.Output(0) {
 				t.Fatalf("not rewired: %s, %s, %s, %s", w.Describe(), add.Describe(), dx.Describe(), relu.Describe())
 			}
-			for _, n := range []*graph.Node{w, dx} {
+			for _, n := range []*graph.Node{xhat, w, dx, fwd} {
 				for i := range 5 {
 					if dt := g.Info(n.Input(i)).DType; dt != dtype.Float16 {
 						t.Errorf("%s: input %d is %v", n.Describe(), i, dt)
@@ -183,8 +210,9 @@ func TestLowBatchNormGrads(t *testing.T) {
 					t.Errorf("%s writes %v", n.Describe(), dt)
 				}
 			}
-			// x and g's float32 copies (for the reductions), gamma, zero,
-			// mean and var together, and each computed per-channel value.
+			// g's float32 copy (for the reductions), x̂'s up, gamma, one,
+			// zero, mean and var together, and each computed per-channel
+			// value.
 			casts := 0
 			for _, n := range g.Nodes {
 				if n.Op == "Cast" {
