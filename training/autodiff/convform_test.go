@@ -22,6 +22,10 @@ var convFormCases = []fdCase{
 	{name: "Conv/2d-1x1-stride", dtype: f32, ins: ins(normal, s(2, 3, 5, 5), s(4, 3, 1, 1)), build: op("Conv", ais("strides", s(2, 2)))},
 	{name: "Conv/2d-unread-rows", dtype: f32, ins: ins(normal, s(1, 2, 8, 7), s(3, 2, 3, 3)), build: op("Conv", ais("strides", s(3, 2)), ais("pads", s(1, 1, 0, 0)))},
 	{name: "Conv/3d-stride-even", dtype: f32, ins: ins(normal, s(1, 2, 4, 6, 4), s(3, 2, 3, 3, 3)), build: op("Conv", ais("strides", s(2, 2, 2)), ais("pads", s(1, 1, 1, 1, 1, 1)))},
+	// Fewer output than input channels, stride 1: the gemm form shifts dY
+	// (convWeightGradShifted), pads on one side only in the second.
+	{name: "Conv/3d-fewer-outputs", dtype: f32, ins: ins(normal, s(2, 4, 3, 4, 3), s(2, 4, 3, 3, 3)), build: op("Conv", ais("pads", s(1, 1, 1, 1, 1, 1)))},
+	{name: "Conv/2d-fewer-outputs-uneven", dtype: f32, ins: ins(normal, s(1, 3, 5, 4), s(1, 3, 3, 2)), build: op("Conv", ais("pads", s(1, 0, 1, 1)))},
 	{name: "Conv/3d-stride-dilation", dtype: f32, ins: ins(normal, s(1, 2, 5, 6, 5), s(3, 2, 3, 3, 2)), build: op("Conv", ais("strides", s(2, 1, 1)), ais("dilations", s(1, 2, 1)), ais("pads", s(1, 2, 0, 1, 2, 1)))},
 }
 
@@ -190,6 +194,22 @@ func TestConvFormsNodes(t *testing.T) {
 		t.Errorf("gemm form, 3×3×3 window over 32³, no table: %v; want 27 MatMul, 1 Concat, 2 ReduceSum (one the loss's), no Gather", ops)
 	}
 	autodiff.SetMaxGatherIndices(old)
+	// One output channel from eight: dY shifted per offset, one product.
+	fewer := graph.New("fewer", graph.EmitOpset)
+	fewer.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 32, 32, 32}})
+	fewer.AddInput("w", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{1, 8, 3, 3, 3}})
+	fb := graph.NewBuilder(fewer, "fwd/")
+	if _, err := autodiff.GradientsWith(fewer, fb.ReduceSum(fb.Op("Conv", []string{"x", "w"}, ais("pads", s(1, 1, 1, 1, 1, 1))), false), []string{"w"}, "grad/",
+		autodiff.Options{ConvForm: autodiff.ConvFormGEMM}); err != nil {
+		t.Fatal(err)
+	}
+	ops = map[string]int{}
+	for _, n := range fewer.Nodes {
+		ops[n.Op]++
+	}
+	if ops["Gather"] != 0 || ops["MatMul"] != 1 || ops["Slice"] != 27 || ops["Concat"] != 1 {
+		t.Errorf("gemm form, 8 channels to 1: %v; want 27 Slices (of dY), 1 Concat, 1 MatMul, no Gather", ops)
+	}
 	// A volume's input gradient is a Conv in the gemm form too: cuDNN's
 	// 3-D backward-data (ConvTranspose) ran slower on an H200.
 	if ops := volume(autodiff.ConvFormGEMM, "x"); ops["ConvTranspose"] != 0 || ops["Conv"] != 2 {

@@ -278,6 +278,11 @@ func convWeightGradPointwise(b *B, xv, g string, wshape []int64) string {
 // ONNX Runtime's CPU provider runs it several times slower, materialising
 // a kernel-sized im2col for every offset.
 func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	if convForm(b) == ConvFormGEMM {
+		if dw := convWeightGradShifted(b, xv, g, w, in, out, wshape); dw != "" {
+			return dw
+		}
+	}
 	if dw := convWeightGradGather(b, xv, g, w, in, out, wshape); dw != "" {
 		return dw
 	}
@@ -553,6 +558,72 @@ func convWeightGradPerDepth(b *B, xv, g string, w graph.WindowAttrs, in, out, ws
 		}
 	}
 	return depthSum(b, parts, wshape)
+}
+
+// convWeightGradShifted is the weight gradient in the gemm form (CUDA)
+// of a stride-1 window whose output gradient has fewer channels than its
+// input (a decoder's last convolution, 64 channels to 1): the kernel
+// offsets shift dY instead of X, dW[m, c, κ] = Σ_s X[c, s]·dY[m, s + p₀ - κ]
+// over the input's positions s, so the copies are of the smaller tensor,
+// and all offsets' shifted dY go into one product that reads X once:
+// [D, C, N·P'] by [D, N·P', K·M], batched over the input's first spatial
+// axis and summed over it after. The other forms slice or gather X once
+// per offset: the VQ-GAN preset's last convolution copied its 64-channel
+// input 27 times (a GiB each at batch 1). "" where it does not apply:
+// strides or dilations other than 1, pads past the window, M ≥ C, sizes
+// not static, one offset, or shifted windows over maxGatherSlabColumns
+// elements a sample.
+func convWeightGradShifted(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	k := len(in)
+	c, m := wshape[1], wshape[0]
+	if m >= c || !slices.ContainsFunc(w.Kernel, func(n int64) bool { return n > 1 }) {
+		return ""
+	}
+	// dY padded so that offset κ's window of it starts at K-1-κ: by
+	// K-1-p₀ before and K-1-p₁ after, the input's size plus K-1.
+	pads := make([]int64, 2*k)
+	kernels, positions := int64(1), int64(1)
+	for i := range k {
+		if in[i] < 0 || out[i] < 0 || w.Strides[i] != 1 || w.Dilations[i] != 1 {
+			return ""
+		}
+		pads[i], pads[k+i] = w.Kernel[i]-1-w.Pads[i], w.Kernel[i]-1-w.Pads[k+i]
+		if pads[i] < 0 || pads[k+i] < 0 || out[i]+pads[i]+pads[k+i] != in[i]+w.Kernel[i]-1 {
+			return ""
+		}
+		kernels *= w.Kernel[i]
+		positions *= in[i]
+	}
+	if kernels*m*positions > maxGatherSlabColumns {
+		return ""
+	}
+	r := int64(k + 2)
+	// X [N, C, D, rest...] → [D, C, N, rest...] → [D, C, N·P']
+	perm := []int64{2, 1, 0}
+	// dY [N, M, D̄, rest...] → [D̄, N, rest..., M]
+	gperm := []int64{2, 0}
+	axes := []int64{0} // the sliced axes of dY so laid out
+	for i := int64(3); i < r; i++ {
+		perm, gperm, axes = append(perm, i), append(gperm, i), append(axes, i-1)
+	}
+	xt := b.Reshape(b.Transpose(xv, perm...), b.Ints(in[0], c, -1))
+	gt := b.Transpose(padWindow(b, g, graph.WindowAttrs{Pads: pads}), append(gperm, 1)...)
+	var parts []string
+	offset := make([]int64, k)
+	for {
+		starts, ends := make([]int64, k), make([]int64, k)
+		for i := range k {
+			starts[i] = w.Kernel[i] - 1 - offset[i]
+			ends[i] = starts[i] + in[i]
+		}
+		parts = append(parts, b.Reshape(b.Slice(gt, starts, ends, axes, nil), b.Ints(in[0], -1, m))) // [D, N·P', M]
+		next(offset, w.Kernel)
+		if !slices.ContainsFunc(offset, func(o int64) bool { return o != 0 }) {
+			break
+		}
+	}
+	shifted := b.Op("Concat", parts, graph.AInt("axis", 2)) // [D, N·P', K·M]
+	return depthSum(b, []string{b.Reshape(b.MatMul(xt, shifted), b.Ints(in[0], c, kernels, m))}, wshape)
 }
 
 // depthSum stacks the offsets' per-depth products [P₀, C, K_o, M] in W's
