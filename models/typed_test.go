@@ -119,7 +119,9 @@ func (w without) Kernels(g *graph.Graph) precision.Kernels {
 }
 
 // TestLowPrecisionNodesStep: a step built as for CUDA, where BatchNorm
-// (a ResNet in 16-mixed, precision.LowBatchNorms) or attention's Softmax
+// (a ResNet in 16-mixed, precision.LowBatchNorms), the LayerNormalization
+// computing its statistics (at 64², precision.LowRowStatistics) or
+// attention's Softmax
 // (the diffusion LM, precision.LowSoftmaxes; in float16, since the CPU
 // has no bfloat16 MatMul to run the rest with) runs in the low type, against the same step with those nodes in float32 between Casts,
 // both run on the CPU provider: the loss, the eval loss and every gradient
@@ -137,9 +139,12 @@ func TestLowPrecisionNodesStep(t *testing.T) {
 		op     string
 	}{
 		{"resnet", map[string]any{"depth": 18, "width": 4, "image_size": 32, "classes": 3, "label_smoothing": 0}, dtype.Float16, "BatchNormalization"},
+		// At 64² the first layers' statistics are LayerNormalizations'
+		// (autodiff's rowStatistics), over the float16 input with it.
+		{"resnet", map[string]any{"depth": 18, "width": 4, "image_size": 64, "classes": 3, "label_smoothing": 0}, dtype.Float16, "LayerNormalization"},
 		{"bd3lm", map[string]any{"vocab": 10, "mask_token": 9, "hidden": 8, "layers": 2, "heads": 2, "seq_len": 4, "block_size": 2}, dtype.Float16, "Softmax"},
 	} {
-		t.Run(tc.recipe, func(t *testing.T) {
+		t.Run(tc.recipe+"/"+tc.op, func(t *testing.T) {
 			var runs [2]*steptest.Runner
 			var lows [2]int
 			for i, probe := range []artifacts.KernelProbe{without{tc.op}, cudaLikeKernels{}} {

@@ -252,7 +252,7 @@ func Build(opts Options) (*Manifest, error) {
 	}
 
 	m.Classes = loss.Classes(g, spec)
-	train, err := trainingGraph(g, spec, trainable, m, opts.ConvForm)
+	train, err := trainingGraph(g, spec, trainable, m, opts.ConvForm, opts.CUDA)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +273,7 @@ func Build(opts Options) (*Manifest, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s graph: %w", gr.Name, err)
 			}
-			if bns+precision.LowSoftmaxes(gr, opts.Precision, k)+precision.ExactLowProducts(gr, opts.Precision, k) > 0 {
+			if bns+precision.LowRowStatistics(gr, opts.Precision, k)+precision.LowSoftmaxes(gr, opts.Precision, k)+precision.ExactLowProducts(gr, opts.Precision, k) > 0 {
 				gr.Prune()
 			}
 		}
@@ -497,7 +497,7 @@ func stateInputs(m *Manifest) []string {
 // the training graph (plan tells them from the forward's by it).
 const GradientPrefix = "grad/"
 
-func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest, conv autodiff.ConvForm) (*graph.Graph, error) {
+func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Manifest, conv autodiff.ConvForm, cuda bool) (*graph.Graph, error) {
 	g := fwd.Clone()
 	g.Name = "training"
 	g.LowerTrainingOnly()
@@ -511,7 +511,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	if err := autodiff.UnrollRecurrent(g); err != nil {
 		return nil, err
 	}
-	ups, err := autodiff.TrainingBatchNorm(g, optim.Out)
+	ups, err := autodiff.TrainingBatchNorm(g, optim.Out, cuda)
 	if err != nil {
 		return nil, err
 	}

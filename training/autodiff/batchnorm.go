@@ -238,6 +238,59 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	return dx
 }
 
+// minStatisticsRow is the fewest positions per (sample, channel) row for
+// which rowStatistics computes a BatchNorm's statistics: ResNet-50's maps
+// of 28² and up at 224² (three quarters of its BatchNorm elements), not
+// the 14² and 7² ones, whose short rows the LayerNormalization kernel
+// would run a block each.
+const minStatisticsRow = 512
+
+// rowStatistics computes the batch mean and (biased) variance of a
+// float32 x per channel from each (sample, channel) row's, which one
+// LayerNormalization over the spatial axes gives in a single pass: its
+// Mean μᵢ and InvStdDev 1/√σᵢ² outputs are float32 whatever x's type,
+// computed in float32 (Welford's algorithm on the CUDA provider). The
+// channel's are the law of total variance over rows of equal size:
+// μ = mean μᵢ, σ² = mean (σᵢ² + (μᵢ-μ)²). The elementary form makes a
+// centred copy of x and reads x twice and it once; this reads x once and
+// writes the normalised rows LayerNormalization must output, unread (a
+// float16 x on the GPU, see precision.LowRowStatistics: 4 bytes an
+// element instead of 22). Its ε is 1e-30, far below any variance it
+// meets, so that σᵢ² = InvStdDev⁻² and a constant row's is 0. For CUDA
+// builds only: the CUDA provider's kernel accumulates with Welford's
+// algorithm, the CPU provider's computes E[x²] - E[x]² in float32, which
+// loses the variance of rows whose mean is large against their spread.
+// "" where it does not apply: x not float32, fewer than three axes,
+// spatial sizes not static or under minStatisticsRow.
+func rowStatistics(b *B, x string, axes []int64) (flatMean, flatVar string) {
+	xi := b.Info(x)
+	if xi.DType != dtype.Float32 || !xi.Known || xi.Rank() < 3 {
+		return "", ""
+	}
+	spatial := xi.Shape[2:]
+	if slices.Contains(spatial, -1) || dtype.Numel(spatial) < minStatisticsRow {
+		return "", ""
+	}
+	ones := fmt.Sprintf("%sones/%v", sharedPrefix, strings.Trim(strings.ReplaceAll(fmt.Sprint(spatial), " ", "x"), "[]"))
+	if _, ok := b.G.Infos[ones]; !ok {
+		vals := make([]float64, dtype.Numel(spatial))
+		for i := range vals {
+			vals[i] = 1
+		}
+		t, err := graph.Floats(ones, dtype.Float32, spatial, vals)
+		if err != nil {
+			return b.Fail("%v", err), ""
+		}
+		b.G.AddInitializer(t)
+	}
+	stats := b.OpN("LayerNormalization", []string{x, ones}, 3, graph.AInt("axis", 2), graph.AFloat("epsilon", 1e-30))
+	rowMean, rowInvStd := stats[1], stats[2]
+	mean := b.ReduceMean(rowMean, true, 0)
+	d := b.Sub(rowMean, mean)
+	rowVar := b.Pow(rowInvStd, b.Scalar(dtype.Float32, -2))
+	return b.Reshape(mean, b.Ints(-1)), b.ReduceMean(b.Add(rowVar, b.Mul(d, d)), false, axes...)
+}
+
 // BufferUpdate pairs a buffer input (a running statistic) with the value
 // holding its new contents after a training step.
 type BufferUpdate struct {
@@ -254,7 +307,9 @@ type BufferUpdate struct {
 // PyTorch. Stock ONNX Runtime has no training-mode BatchNormalization
 // gradient; this form needs none, and its backward holds only the input.
 // outName names the value each running statistic's update is written to.
-func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]BufferUpdate, error) {
+// rows computes the batch statistics from per-row ones where
+// rowStatistics applies (builds for CUDA; see there).
+func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string, rows bool) ([]BufferUpdate, error) {
 	seen := map[string]bool{}
 	var bns []*graph.Node
 	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *graph.Node) bool {
@@ -273,12 +328,18 @@ func TrainingBatchNorm(g *graph.Graph, outName func(buffer string) string) ([]Bu
 		}
 		axes := append([]int64{0}, spatialAxes(xi.Rank())...)
 		dt := xi.DType
-		// The mean is kept with its axes to centre X, the variance is
-		// reduced straight to the flat per-channel vector.
-		mean := b.ReduceMean(x(n), true, axes...)
-		d := b.Sub(x(n), mean)
-		flatVar := b.ReduceMean(b.Mul(d, d), false, axes...)
-		flatMean := b.Reshape(mean, b.Ints(-1))
+		var flatMean, flatVar string
+		if rows {
+			flatMean, flatVar = rowStatistics(b, x(n), axes)
+		}
+		if flatMean == "" {
+			// The mean is kept with its axes to centre X, the variance is
+			// reduced straight to the flat per-channel vector.
+			mean := b.ReduceMean(x(n), true, axes...)
+			d := b.Sub(x(n), mean)
+			flatVar = b.ReduceMean(b.Mul(d, d), false, axes...)
+			flatMean = b.Reshape(mean, b.Ints(-1))
+		}
 		g.Domains[graph.StopGradientDomain] = 1
 		g.AddNode(&graph.Node{Op: graph.BatchNormTrainingOp, Domain: graph.StopGradientDomain, Name: g.Fresh(n.Name),
 			Inputs:  []string{x(n), n.Inputs[1], n.Inputs[2], flatMean, flatVar},

@@ -45,7 +45,7 @@ func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
 		h = bn(b.Op("Concat", []string{h, h}, ai("axis", 3)), "2")
 		loss := b.ReduceSum(b.Mul(h, "r"), false)
 		g.FoldShapes()
-		ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" })
+		ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +147,121 @@ func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
 		for name, want := range map[string]float64{"m1.out": wantMean, "v1.out": wantVar} {
 			if d := math.Abs(outs[name] - want); d > 1e-6*(1+math.Abs(want)) {
 				t.Errorf("%s[%d] = %.15g, want %.15g", name, c, outs[name], want)
+			}
+		}
+	}
+}
+
+// TestBatchNormRowStatistics: a training BatchNorm over maps of 16×32 in
+// float32 built for CUDA takes its batch statistics from one
+// LayerNormalization's row means and inverse deviations; the loss, every
+// gradient and the running statistics agree with the elementary
+// statistics' graph (a reduction, the centred copy, its squares'
+// reduction; what the CPU's builds keep) to float32's precision, and the
+// running statistics with those computed here in float64, a row of one
+// constant value (its deviation 0) among them. Run on the CPU provider,
+// whose LayerNormalization computes E[x²] - E[x]² in float32: the data's
+// mean is 1.5 deviations, where that still holds.
+func TestBatchNormRowStatistics(t *testing.T) {
+	orttest.Init(t)
+	const batch, mom = 3, 0.9
+	x := s(batch, 2, 16, 32)
+	order := []string{"x", "r", "g", "b", "m", "v"}
+	shapes := map[string][]int64{"x": x, "r": x, "g": s(2), "b": s(2), "m": s(2), "v": s(2)}
+	wrt := []string{"x", "g", "b"}
+	build := func(rows bool) (*graph.Graph, int) {
+		g := graph.New("bn", graph.EmitOpset)
+		for _, name := range order {
+			g.AddInput(name, graph.Info{DType: ort.Float32, Known: true, Shape: shapes[name]})
+		}
+		b := graph.NewBuilder(g, "fwd/")
+		y := b.OpN("BatchNormalization", []string{"x", "g", "b", "m", "v"}, 3, ai("training_mode", 1), af("momentum", mom))[0]
+		loss := b.ReduceSum(b.Mul(b.Relu(y), "r"), false)
+		ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Outputs = []string{loss}
+		for _, w := range wrt {
+			g.Outputs = append(g.Outputs, grads[w])
+		}
+		for _, u := range ups {
+			g.Outputs = append(g.Outputs, u.Out)
+		}
+		g.Prune()
+		g.StripStopGradients()
+		norms := 0
+		for _, n := range g.Nodes {
+			if n.Op == "LayerNormalization" {
+				norms++
+			}
+		}
+		return g, norms
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	data := map[string][]float64{}
+	feed := map[string]*ort.Value{}
+	for _, name := range order {
+		gen := normal
+		if name == "v" {
+			gen = positive
+		}
+		data[name] = fill(r, gen, int(ort.Numel(shapes[name])))
+		if name == "x" {
+			for i := range data[name] {
+				data[name][i] = 3 + 2*data[name][i] // a mean far from 0
+			}
+			for i := range 512 { // sample 1, channel 0: one value
+				data[name][2*512+i] = 1.25
+			}
+		}
+		feed[name] = tensor(t, ort.Float32, shapes[name], data[name])
+		defer feed[name].Close()
+	}
+	rows, norms := build(true)
+	elementary, none := build(false)
+	if norms != 1 || none != 0 {
+		t.Fatalf("%d LayerNormalization nodes (want 1), %d in the elementary graph", norms, none)
+	}
+	got, want := runOutputs(t, rows, feed), runOutputs(t, elementary, feed)
+	for i := range want {
+		var diff, scale float64
+		for k := range want[i] {
+			diff = max(diff, math.Abs(got[i][k]-want[i][k]))
+			scale = max(scale, math.Abs(want[i][k]))
+		}
+		if diff > 2e-5*scale {
+			t.Errorf("%s differs by %.3g (largest value %.3g)", rows.Outputs[i], diff, scale)
+		}
+	}
+	const m = batch * 512
+	outs := map[string][]float64{}
+	for i, o := range rows.Outputs {
+		outs[o] = got[i]
+	}
+	for c := range 2 {
+		var sum, sq float64
+		for n := range batch {
+			for _, v := range data["x"][(n*2+c)*512 : (n*2+c+1)*512] {
+				sum += float64(float32(v))
+			}
+		}
+		mean := sum / m
+		for n := range batch {
+			for _, v := range data["x"][(n*2+c)*512 : (n*2+c+1)*512] {
+				sq += (float64(float32(v)) - mean) * (float64(float32(v)) - mean)
+			}
+		}
+		for name, want := range map[string]float64{
+			"m.out": mom*float64(float32(data["m"][c])) + (1-mom)*mean,
+			"v.out": mom*float64(float32(data["v"][c])) + (1-mom)*sq/(m-1),
+		} {
+			if d := math.Abs(outs[name][c] - want); d > 1e-5*(1+math.Abs(want)) {
+				t.Errorf("%s[%d] = %.9g, want %.9g", name, c, outs[name][c], want)
 			}
 		}
 	}

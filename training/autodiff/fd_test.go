@@ -205,7 +205,7 @@ func checkFD(t *testing.T, c fdCase, seed uint64) {
 	b := graph.NewBuilder(g, "fwd/")
 	y := c.build(b, names)
 	if c.trainBN {
-		if _, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }); err != nil {
+		if _, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,7 +37,7 @@ func TestRecomputeCheapIsExact(t *testing.T) {
 		h = b.Gelu(h)
 		h = b.LayerNorm(h, "ls", "lb", -1, 1e-5)
 		loss := b.ReduceSum(b.Mul(h, h), false)
-		if _, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }); err != nil {
+		if _, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, false); err != nil {
 			t.Fatal(err)
 		}
 		forward := len(g.Nodes)

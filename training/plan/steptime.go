@@ -650,6 +650,15 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			}
 		}
 	}
+	// lowStats: the LayerNormalizations that compute BatchNorm statistics
+	// over a float32 copy of a low value, which the device's build runs on
+	// the low value (precision.LowRowStatistics).
+	lowStats := map[*graph.Node]bool{}
+	for _, n := range g.Nodes {
+		if _, ok := precision.RowStatistics(g, producers, consumers, outputs, n, low); ok {
+			lowStats[n] = true
+		}
+	}
 	activation := map[string]bool{}
 	for v := range data {
 		activation[v] = true
@@ -713,11 +722,13 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 				lowVal[n.Outputs[0]], up[n.Outputs[0]] = true, true
 				needed := false
 				for _, r := range consumers[n.Outputs[0]] {
-					needed = needed || (precision.ClassOf(r) == precision.FP32 && !lowBN(r))
+					needed = needed || (precision.ClassOf(r) == precision.FP32 && !lowBN(r) && !lowStats[r])
 				}
 				elide[n] = !needed
 			}
 		case n.Op == "BatchNormalization" && up[n.Input(0)] && lowBN(n):
+			lowVal[n.Outputs[0]] = true
+		case lowStats[n] && up[n.Input(0)]:
 			lowVal[n.Outputs[0]] = true
 		case gradW[n] != nil && up[n.Input(0)]:
 			// The sum after it (a Follow op) is low where the gradient

@@ -263,6 +263,9 @@ func TestLookupGPU(t *testing.T) {
 // back: every node is at least a kernel launch on a GPU (#31). 2,777
 // nodes at 6ef4c4c and since; re-tracing dimensions after autocast once
 // made each BatchNorm layer read the batch size on its own, 198 more.
+// 2,827 since the 25 layers over maps of 28² and up take their
+// statistics from a LayerNormalization (autodiff's rowStatistics: two
+// small nodes more each, 18 bytes an element less).
 func TestResNet50Nodes(t *testing.T) {
 	dir := resnet50(t, false)
 	total := 0
@@ -274,8 +277,8 @@ func TestResNet50Nodes(t *testing.T) {
 		total += len(g.Nodes)
 	}
 	t.Logf("ResNet-50 fp16 SGD step: %d nodes", total)
-	if total > 2800 {
-		t.Errorf("ResNet-50's training and optimizer graphs have %d nodes, over 2,800 (2,777 at 6ef4c4c)", total)
+	if total > 2850 {
+		t.Errorf("ResNet-50's training and optimizer graphs have %d nodes, over 2,850 (2,827 at this bound's commit)", total)
 	}
 }
 

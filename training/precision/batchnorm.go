@@ -350,3 +350,66 @@ func lowReaders(consumers map[string][]*graph.Node, outputs map[string]bool, y s
 func IsCast(n *graph.Node, dt dtype.DType) bool {
 	return n.Op == "Cast" && n.Domain == "" && dtype.DType(n.Int("to", 0)) == dt
 }
+
+// LowRowStatistics gives the low type to the input of the
+// LayerNormalizations that compute BatchNorm statistics (autodiff's
+// rowStatistics: only their float32 Mean and InvStdDev are read) where
+// it is a float32 Cast of a low value and the device has the kernel
+// (ONNX Runtime's CUDA provider computes a float16 or bfloat16 input's
+// statistics in float32 and writes them so): they read the low value and
+// write their unread output in it, 4 bytes an element instead of the
+// Cast's 6 and their own 8. It returns the number rewritten; the float32
+// copies nothing reads any more are left to Prune.
+func LowRowStatistics(g *graph.Graph, low dtype.DType, kernels Kernels) int {
+	if kernels == nil || low == 0 {
+		return 0
+	}
+	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
+	b := graph.NewBuilder(g, "autocast/")
+	lowCopy := map[string]string{}
+	before := map[*graph.Node][]*graph.Node{}
+	rewritten := 0
+	for _, n := range slices.Clone(g.Nodes) {
+		x, ok := RowStatistics(g, producers, consumers, outputs, n, low)
+		if !ok || !kernels(n, low) {
+			continue
+		}
+		for i := 1; i < len(n.Inputs); i++ {
+			v := n.Inputs[i]
+			if v == "" {
+				continue
+			}
+			c, done := lowCopy[v]
+			if !done {
+				at := len(g.Nodes)
+				c = b.Cast(v, low)
+				before[n] = append(before[n], g.Nodes[at:]...)
+				g.Nodes = g.Nodes[:at]
+				lowCopy[v] = c
+			}
+			n.Inputs[i] = c
+		}
+		n.Inputs[0] = x
+		y := g.Info(n.Outputs[0])
+		y.DType = low
+		g.Infos[n.Outputs[0]] = y
+		rewritten++
+	}
+	if rewritten > 0 {
+		g.Nodes = rewired(g.Nodes, nil, nil, before)
+	}
+	return rewritten
+}
+
+// RowStatistics reports whether n is a LayerNormalization that only
+// computes statistics (its normalised output unread, no graph output)
+// over a float32 Cast of a value in low, which it returns: the pattern
+// LowRowStatistics rewrites, which step-time plans ask of graphs built
+// for a CPU.
+func RowStatistics(g *graph.Graph, producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, n *graph.Node, low dtype.DType) (string, bool) {
+	if n.Op != "LayerNormalization" || n.Domain != "" || len(n.Outputs) < 3 || outputs[n.Outputs[0]] || len(consumers[n.Outputs[0]]) > 0 {
+		return "", false
+	}
+	x := lowSource(g, producers, n.Input(0), low)
+	return x, x != ""
+}

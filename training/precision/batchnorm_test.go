@@ -225,3 +225,57 @@ func TestLowBatchNormGrads(t *testing.T) {
 		})
 	}
 }
+
+// TestLowRowStatistics: a LayerNormalization that only computes
+// statistics (its normalised output unread) over a float32 copy of a low
+// value reads the low value, its scale cast once, and writes its unread
+// output in the low type, its statistics in float32; one whose output is
+// read, or without the kernel, is left alone.
+func TestLowRowStatistics(t *testing.T) {
+	build := func(read bool) (*graph.Graph, *graph.Node) {
+		g := graph.New("t", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float16, Known: true, Shape: []int64{2, 3, 8, 8}})
+		g.AddInput("ones", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8}})
+		b := graph.NewBuilder(g, "")
+		outs := b.OpN("LayerNormalization", []string{b.Cast("x", dtype.Float32), "ones"}, 3, graph.AInt("axis", 2))
+		g.Outputs = []string{b.ReduceSum(b.Mul(outs[1], outs[2]), false)}
+		if read {
+			g.Outputs = append(g.Outputs, outs[0])
+		}
+		return g, g.Nodes[len(g.Nodes)-3]
+	}
+	all := func(*graph.Node, dtype.DType) bool { return true }
+	none := func(*graph.Node, dtype.DType) bool { return false }
+	g, ln := build(false)
+	if n := LowRowStatistics(g, dtype.Float16, all); n != 1 {
+		t.Fatalf("rewrote %d, want 1", n)
+	}
+	g.Prune()
+	if err := g.Sort(); err != nil {
+		t.Fatal(err)
+	}
+	if ln.Input(0) != "x" || g.Info(ln.Input(1)).DType != dtype.Float16 || g.Info(ln.Output(0)).DType != dtype.Float16 ||
+		g.Info(ln.Output(1)).DType != dtype.Float32 || g.Info(ln.Output(2)).DType != dtype.Float32 {
+		t.Errorf("%s: inputs %v %v, outputs %v %v %v", ln.Describe(), g.Info(ln.Input(0)).DType, g.Info(ln.Input(1)).DType,
+			g.Info(ln.Output(0)).DType, g.Info(ln.Output(1)).DType, g.Info(ln.Output(2)).DType)
+	}
+	casts := 0
+	for _, n := range g.Nodes {
+		if n.Op == "Cast" {
+			casts++
+		}
+	}
+	if casts != 1 {
+		t.Errorf("%d Casts, want 1 (the scale's)", casts)
+	}
+	for _, tc := range []struct {
+		name string
+		read bool
+		k    Kernels
+	}{{"output read", true, all}, {"no kernel", false, none}} {
+		g, _ := build(tc.read)
+		if n := LowRowStatistics(g, dtype.Float16, tc.k); n != 0 {
+			t.Errorf("%s: rewrote %d", tc.name, n)
+		}
+	}
+}
