@@ -306,3 +306,45 @@ func TestBatchNormGradRunsLow(t *testing.T) {
 		}
 	}
 }
+
+// TestLowParamCasts: a float16 BatchNorm replayed from a graph built for a
+// CPU costs the Casts the device's build adds for its per-channel inputs:
+// one each for the computed mean and variance, one Concat, Cast and Split
+// for the graph's scale and shift; a graph built with the kernels, whose
+// BatchNorm reads float16 already, none.
+func TestLowParamCasts(t *testing.T) {
+	g := graph.New("bn", graph.EmitOpset)
+	g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 4, 6, 6}})
+	for _, p := range []string{"gamma", "beta", "m", "v"} {
+		g.AddInput(p, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{4}})
+	}
+	b := graph.NewBuilder(g, "")
+	x16 := b.Op("Cast", []string{"x"}, graph.AInt("to", int64(dtype.Float16)))
+	y := b.Op("BatchNormalization", []string{b.Op("Cast", []string{x16}, graph.AInt("to", int64(dtype.Float32))), "gamma", "beta", b.Neg("m"), b.Abs("v")})
+	g.Outputs = []string{b.Relu(b.Op("Cast", []string{y}, graph.AInt("to", int64(dtype.Float16))))}
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	lowVal, _ := lowTyping(g, map[string]bool{"x": true}, dtype.Float16)
+	ops := map[string]int{}
+	for _, c := range lowParamCasts(g, lowVal, dtype.Float16, GPUs["h200"]) {
+		ops[c.op]++
+		if c.seconds <= 0 {
+			t.Errorf("%s priced at %g s", c.op, c.seconds)
+		}
+	}
+	if ops["Cast"] != 3 || ops["Concat"] != 1 || ops["Split"] != 1 || len(ops) != 3 {
+		t.Errorf("added %v; want 3 Casts (mean, variance, the graph's vectors together), a Concat and a Split", ops)
+	}
+	typed := graph.New("typed", graph.EmitOpset)
+	typed.AddInput("x", graph.Info{DType: dtype.Float16, Known: true, Shape: []int64{8, 4, 6, 6}})
+	for _, p := range []string{"gamma", "beta", "m", "v"} {
+		typed.AddInput(p, graph.Info{DType: dtype.Float16, Known: true, Shape: []int64{4}})
+	}
+	tb := graph.NewBuilder(typed, "")
+	typed.Outputs = []string{tb.Relu(tb.Op("BatchNormalization", []string{"x", "gamma", "beta", "m", "v"}))}
+	lowVal, _ = lowTyping(typed, map[string]bool{"x": true}, dtype.Float16)
+	if extra := lowParamCasts(typed, lowVal, dtype.Float16, GPUs["h200"]); len(extra) != 0 {
+		t.Errorf("a typed graph's BatchNorm adds %d kernels", len(extra))
+	}
+}

@@ -565,6 +565,55 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 		}
 		out = append(out, c)
 	}
+	return append(out, lowParamCasts(g, lowVal, o.low, gpu)...)
+}
+
+// lowParamCasts prices the Casts a device's build adds for the
+// per-channel inputs of the normalisations that a graph built for a CPU
+// runs in float32 and the device in the low type (lowTyping):
+// precision.LowBatchNorms casts each computed vector once (a layer's batch
+// statistics, its backward's scale and shift) and the graph's own
+// (scales, shifts, fills) together, one Concat, Cast and Split;
+// precision.LowRowStatistics casts each scale once. None for a graph
+// built with the device's kernels, which has them as nodes.
+func lowParamCasts(g *graph.Graph, lowVal map[string]bool, low dtype.DType, gpu GPU) []nodeCost {
+	if low == 0 {
+		return nil
+	}
+	producers := g.Producers()
+	seen := map[string]bool{}
+	var out []nodeCost
+	together := 0.0 // elements of the graph's own vectors, cast as one
+	cast := func(v string) {
+		if v == "" || seen[v] || g.Info(v).DType != dtype.Float32 {
+			return
+		}
+		seen[v] = true
+		elems := float64(valueBytes(g, v)) / 4
+		if producers[v] == nil && g.Info(v).Rank() == 1 {
+			together += elems
+			return
+		}
+		bytes := elems * float64(4+low.Size())
+		out = append(out, nodeCost{op: "Cast", class: classCast, rate: gpu.FP32, bytes: bytes, seconds: kernelSeconds(classCast, gpu.FP32, 0, bytes, gpu)})
+	}
+	for _, n := range g.Nodes {
+		if (n.Op != "BatchNormalization" && n.Op != "LayerNormalization") || n.Domain != "" || !lowVal[n.Outputs[0]] ||
+			g.Info(n.Input(0)).DType != dtype.Float32 {
+			continue
+		}
+		for _, v := range n.Inputs[1:] {
+			cast(v)
+		}
+	}
+	if together > 0 {
+		for _, k := range []struct {
+			op, class string
+			bytes     float64
+		}{{"Concat", classCopy, 8 * together}, {"Cast", classCast, together * float64(4+low.Size())}, {"Split", classCopy, 8 * together}} {
+			out = append(out, nodeCost{op: k.op, class: k.class, rate: gpu.FP32, bytes: k.bytes, seconds: kernelSeconds(k.class, gpu.FP32, 0, k.bytes, gpu)})
+		}
+	}
 	return out
 }
 
