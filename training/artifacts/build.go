@@ -273,7 +273,8 @@ func Build(opts Options) (*Manifest, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s graph: %w", gr.Name, err)
 			}
-			if bns+precision.LowRowStatistics(gr, opts.Precision, k)+precision.LowSoftmaxes(gr, opts.Precision, k)+precision.ExactLowProducts(gr, opts.Precision, k) > 0 {
+			if bns+precision.LowRowStatistics(gr, opts.Precision, k)+precision.LowSoftmaxes(gr, opts.Precision, k)+precision.LowSoftmaxGrads(gr, opts.Precision, k)+
+				precision.ExactLowProducts(gr, opts.Precision, k) > 0 {
 				gr.Prune()
 			}
 		}

@@ -101,3 +101,71 @@ func TestLowSoftmaxesSharedReader(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// softmaxGradGraph is a softmax's gradient as a build for a device with
+// the low Softmax writes it: P and dP float32 copies of low values, r
+// their rows' sums in float32, P ⊙ (dP - r) cast to low for the product
+// after it. dpFloat computes dP in float32 instead.
+func softmaxGradGraph(low dtype.DType, dpFloat bool) *graph.Graph {
+	g := graph.New("t", graph.EmitOpset)
+	g.AddInput("s", graph.Info{DType: low, Known: true, Shape: []int64{2, 3, 4, 4}})
+	g.AddInput("dp", graph.Info{DType: low, Known: true, Shape: []int64{2, 3, 4, 4}})
+	g.AddInput("r", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 4, 1}})
+	b := graph.NewBuilder(g, "")
+	p := b.Op("Softmax", []string{"s"}, graph.AInt("axis", -1))
+	dp := b.Cast("dp", dtype.Float32)
+	if dpFloat {
+		dp = b.Relu(dp)
+	}
+	ds := b.Mul(b.Cast(p, dtype.Float32), b.Sub(dp, "r"))
+	g.Outputs = []string{b.MatMul(b.Cast(ds, low), "s")}
+	return g
+}
+
+// TestLowSoftmaxGrads: dP - r and P ⊙ (dP - r) read and write the low
+// type where the device has the kernels (reading dP and P themselves, r
+// cast; the product is the value the MatMul reads, Sub's operands in
+// their order); left alone without a Sub kernel or where dP is a float32
+// value of its own.
+func TestLowSoftmaxGrads(t *testing.T) {
+	all := func(*graph.Node, dtype.DType) bool { return true }
+	noSub := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Sub" }
+	for _, tc := range []struct {
+		name    string
+		dpFloat bool
+		k       Kernels
+		want    int
+	}{{"bfloat16", false, all, 1}, {"no Sub kernel", false, noSub, 0}, {"float32 dP", true, all, 0}} {
+		g := softmaxGradGraph(dtype.BFloat16, tc.dpFloat)
+		if n := LowSoftmaxGrads(g, dtype.BFloat16, tc.k); n != tc.want {
+			t.Errorf("%s: rewrote %d, want %d", tc.name, n, tc.want)
+			continue
+		}
+		g.Prune()
+		if err := g.Sort(); err != nil {
+			t.Fatal(err)
+		}
+		var sub, mul, mm *graph.Node
+		for _, n := range g.Nodes {
+			switch n.Op {
+			case "Sub":
+				sub = n
+			case "Mul":
+				mul = n
+			case "MatMul":
+				mm = n
+			}
+		}
+		lowOut := g.Info(mul.Output(0)).DType == dtype.BFloat16
+		if lowOut != (tc.want == 1) {
+			t.Errorf("%s: the product is %v", tc.name, g.Info(mul.Output(0)).DType)
+		}
+		if tc.want == 0 {
+			continue
+		}
+		if sub.Input(0) != "dp" || g.Info(sub.Input(1)).DType != dtype.BFloat16 || mm.Input(0) != mul.Output(0) ||
+			g.Info(mul.Input(0)).DType != dtype.BFloat16 || mul.Input(1) != sub.Output(0) {
+			t.Errorf("%s: not rewired: %s, %s, %s", tc.name, sub.Describe(), mul.Describe(), mm.Describe())
+		}
+	}
+}
