@@ -33,10 +33,13 @@ import (
 // the float32 chain rounded dX once; the error stays of the order of the
 // low rounding of g that dX inherits anyway.
 //
+// The backward's x̂ = BN(x32, 1, 0, μ, σ²), which dγ's float32 product
+// reads, is normalised from the low value and cast up where that leaves
+// x's float32 copy without readers.
+//
 // It returns the number of nodes rewritten (a backward's element-wise
-// part counts one, its x̂ another); the
-// float32 values nothing reads any more are left to Prune. An error
-// leaves g half rewritten.
+// part counts one, its x̂ another); the float32 values nothing reads any
+// more are left to Prune. An error leaves g half rewritten.
 func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error) {
 	if kernels == nil || low == 0 {
 		return 0, nil
@@ -49,11 +52,15 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 	type match struct {
 		readers []*graph.Node
 		grad    *lowGrad
-		up      string // the low value a BatchNorm whose float32 output stays reads
+		up      string // x̂'s: the low value it normalises, its output cast up
 	}
 	found := map[*graph.Node]match{}
 	up := map[*graph.Node]string{}
-	var first *graph.Node
+	order := map[*graph.Node]int{}
+	for i, n := range g.Nodes {
+		order[n] = i
+	}
+	var first *graph.Node // the first node rewritten
 	// The per-channel vectors that are graph inputs (a layer's scale and
 	// bias, the running statistics an eval graph reads) are cast together,
 	// one Concat, Cast and Split for all layers, before the first.
@@ -84,15 +91,14 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 			found[n] = match{readers: readers}
 			perChannel(n.Inputs[1:5])
 		}
-		if first == nil || slices.Index(g.Nodes, n) < slices.Index(g.Nodes, first) {
+		if first == nil {
 			first = n
 		}
 	}
-	// The backward's x̂ (for dγ), a BatchNorm over the float32 copy w
-	// reads with w's statistics, reads the low value too and has its
-	// output cast up for the float32 product with the gradient, where the
-	// copy then dies: 10 bytes an element moved instead of 14, and one
-	// float32 tensor fewer.
+	// A rewritten backward's x̂: a BatchNorm over the float32 copy of x
+	// that w read, with w's statistics. Where nothing else reads the copy
+	// it dies: 10 bytes an element moved instead of 14, and one float32
+	// tensor fewer.
 	for _, m := range found {
 		d := m.grad
 		if d == nil {
@@ -127,7 +133,7 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 		}
 		found[n] = match{up: x}
 		perChannel(n.Inputs[1:5])
-		if first == nil || slices.Index(g.Nodes, n) < slices.Index(g.Nodes, first) {
+		if first == nil || order[n] < order[first] {
 			first = n
 		}
 	}

@@ -89,22 +89,22 @@ func lowSoftmax(producers map[string]*graph.Node, consumers map[string][]*graph.
 	return lows, rest, len(lows) > 0
 }
 
-// SoftmaxGrad is a softmax's gradient as autodiff writes it, Mul =
+// softmaxGrad is a softmax's gradient as autodiff writes it, Mul =
 // P ⊙ Sub, Sub = dP - r, with P the softmax's probabilities (its output or
 // a float32 copy of it), dP the gradient reaching them and r their rows'
 // Σ P·dP; Readers are the Casts to one type other than float32 that
 // alone read the product.
-type SoftmaxGrad struct {
+type softmaxGrad struct {
 	Sub          *graph.Node
 	P, DP        string // Mul's and Sub's operands
 	Readers      []*graph.Node
-	probsOnRight bool
+	probsOnRight bool // Mul(dP - r, P) rather than Mul(P, dP - r)
 }
 
-// LowSoftmaxGrad reports whether m is the product of a SoftmaxGrad: the
+// lowSoftmaxGrad reports whether m is the product of a softmaxGrad: the
 // pattern but for the types.
-func LowSoftmaxGrad(producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, m *graph.Node) (SoftmaxGrad, bool) {
-	var d SoftmaxGrad
+func lowSoftmaxGrad(producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, m *graph.Node) (softmaxGrad, bool) {
+	var d softmaxGrad
 	if m.Op != "Mul" || m.Domain != "" || len(m.Inputs) != 2 {
 		return d, false
 	}
@@ -120,7 +120,7 @@ func LowSoftmaxGrad(producers map[string]*graph.Node, consumers map[string][]*gr
 		if s == nil || s.Op != "Sub" || s.Domain != "" || outputs[s.Outputs[0]] || len(consumers[s.Outputs[0]]) != 1 || !probs(m.Input(i)) {
 			continue
 		}
-		d = SoftmaxGrad{Sub: s, P: m.Input(i), DP: s.Input(0), probsOnRight: i == 1}
+		d = softmaxGrad{Sub: s, P: m.Input(i), DP: s.Input(0), probsOnRight: i == 1}
 	}
 	if d.Sub == nil {
 		return d, false
@@ -154,7 +154,7 @@ func LowSoftmaxGrads(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	before := map[*graph.Node][]*graph.Node{}
 	rewritten := 0
 	for _, m := range slices.Clone(g.Nodes) {
-		d, ok := LowSoftmaxGrad(producers, consumers, outputs, m)
+		d, ok := lowSoftmaxGrad(producers, consumers, outputs, m)
 		if !ok || dtype.DType(d.Readers[0].Int("to", 0)) != low || !kernels(m, low) || !kernels(d.Sub, low) {
 			continue
 		}
@@ -168,7 +168,11 @@ func LowSoftmaxGrads(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 			rename[r.Outputs[0]] = out
 		}
 		at := len(g.Nodes)
-		s := b.Sub(dp, b.Cast(d.Sub.Input(1), low))
+		r := d.Sub.Input(1)
+		if g.Info(r).DType != low {
+			r = b.Cast(r, low)
+		}
+		s := b.Sub(dp, r)
 		in := []string{p, s}
 		if d.probsOnRight {
 			in = []string{s, p}
