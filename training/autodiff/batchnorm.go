@@ -238,12 +238,17 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	return dx
 }
 
-// minStatisticsRow is the fewest positions per (sample, channel) row for
-// which rowStatistics computes a BatchNorm's statistics: ResNet-50's maps
-// of 28² and up at 224² (three quarters of its BatchNorm elements), not
-// the 14² and 7² ones, whose short rows the LayerNormalization kernel
-// would run a block each.
-const minStatisticsRow = 512
+// minStatisticsRow and maxStatisticsRow bound the positions per (sample,
+// channel) row for which rowStatistics computes a BatchNorm's statistics:
+// ResNet-50's maps of 28² and up at 224² (three quarters of its BatchNorm
+// elements), not the 14² and 7² ones, whose short rows the
+// LayerNormalization kernel would run a block each; nor a volume's rows of
+// millions, a block each too and few of them, whose scale of ones would
+// be an initializer as large as a sample's channel.
+const (
+	minStatisticsRow = 512
+	maxStatisticsRow = 1 << 16
+)
 
 // rowStatistics computes the batch mean and (biased) variance of a
 // float32 x per channel from each (sample, channel) row's, which one
@@ -261,14 +266,15 @@ const minStatisticsRow = 512
 // algorithm, the CPU provider's computes E[x²] - E[x]² in float32, which
 // loses the variance of rows whose mean is large against their spread.
 // "" where it does not apply: x not float32, fewer than three axes,
-// spatial sizes not static or under minStatisticsRow.
+// spatial sizes not static or their product outside [minStatisticsRow,
+// maxStatisticsRow].
 func rowStatistics(b *B, x string, axes []int64) (flatMean, flatVar string) {
 	xi := b.Info(x)
 	if xi.DType != dtype.Float32 || !xi.Known || xi.Rank() < 3 {
 		return "", ""
 	}
 	spatial := xi.Shape[2:]
-	if slices.Contains(spatial, -1) || dtype.Numel(spatial) < minStatisticsRow {
+	if slices.Contains(spatial, -1) || dtype.Numel(spatial) < minStatisticsRow || dtype.Numel(spatial) > maxStatisticsRow {
 		return "", ""
 	}
 	ones := fmt.Sprintf("%sones/%v", sharedPrefix, strings.Trim(strings.ReplaceAll(fmt.Sprint(spatial), " ", "x"), "[]"))

@@ -266,3 +266,40 @@ func TestBatchNormRowStatistics(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchNormRowStatisticsBounds: rows of fewer than 512 positions (a
+// block each for the kernel) or more than 2¹⁶ (a volume's: a block each,
+// few of them, and a scale of ones as large) keep the elementary
+// statistics; float64 inputs do too.
+func TestBatchNormRowStatisticsBounds(t *testing.T) {
+	for _, tc := range []struct {
+		shape []int64
+		dt    ort.DType
+		want  int
+	}{
+		{s(2, 2, 16, 32), ort.Float32, 1},
+		{s(2, 2, 8, 8), ort.Float32, 0},
+		{s(1, 2, 256, 512), ort.Float32, 0},
+		{s(2, 2, 16, 32), ort.Float64, 0},
+	} {
+		g := graph.New("bn", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: tc.dt, Known: true, Shape: tc.shape})
+		for _, p := range []string{"g", "b", "m", "v"} {
+			g.AddInput(p, graph.Info{DType: tc.dt, Known: true, Shape: s(2)})
+		}
+		b := graph.NewBuilder(g, "fwd/")
+		g.Outputs = []string{b.OpN("BatchNormalization", []string{"x", "g", "b", "m", "v"}, 3, ai("training_mode", 1))[0]}
+		if _, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, true); err != nil {
+			t.Fatal(err)
+		}
+		norms := 0
+		for _, n := range g.Nodes {
+			if n.Op == "LayerNormalization" {
+				norms++
+			}
+		}
+		if norms != tc.want {
+			t.Errorf("%v %v: %d LayerNormalization nodes, want %d", tc.dt, tc.shape, norms, tc.want)
+		}
+	}
+}
