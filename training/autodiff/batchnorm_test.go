@@ -12,6 +12,30 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 )
 
+// trainingStep makes g's BatchNorms train (autodiff.TrainingBatchNorm, row
+// statistics where rows and they apply) and outputs the loss, its
+// gradients with respect to wrt and the running statistics' updates.
+func trainingStep(t *testing.T, g *graph.Graph, loss string, wrt []string, rows bool) {
+	t.Helper()
+	ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Outputs = []string{loss}
+	for _, w := range wrt {
+		g.Outputs = append(g.Outputs, grads[w])
+	}
+	for _, u := range ups {
+		g.Outputs = append(g.Outputs, u.Out)
+	}
+	g.Prune()
+	g.StripStopGradients()
+}
+
 // TestTrainingBatchNormBatchOfUnknownSize: two training-mode BatchNorm
 // layers whose batch is known only at run time (as an exported CNN's is)
 // give the gradients and running-statistic updates of the same graph with
@@ -45,23 +69,7 @@ func TestTrainingBatchNormBatchOfUnknownSize(t *testing.T) {
 		h = bn(b.Op("Concat", []string{h, h}, ai("axis", 3)), "2")
 		loss := b.ReduceSum(b.Mul(h, "r"), false)
 		g.FoldShapes()
-		ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Outputs = []string{loss}
-		for _, w := range wrt {
-			g.Outputs = append(g.Outputs, grads[w])
-		}
-		for _, u := range ups {
-			g.Outputs = append(g.Outputs, u.Out)
-		}
-		g.Prune()
-		g.StripStopGradients()
+		trainingStep(t, g, loss, wrt, false)
 		return g
 	}
 	r := rand.New(rand.NewPCG(5, 6))
@@ -177,23 +185,7 @@ func TestBatchNormRowStatistics(t *testing.T) {
 		b := graph.NewBuilder(g, "fwd/")
 		y := b.OpN("BatchNormalization", []string{"x", "g", "b", "m", "v"}, 3, ai("training_mode", 1), af("momentum", mom))[0]
 		loss := b.ReduceSum(b.Mul(b.Relu(y), "r"), false)
-		ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, rows)
-		if err != nil {
-			t.Fatal(err)
-		}
-		grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Outputs = []string{loss}
-		for _, w := range wrt {
-			g.Outputs = append(g.Outputs, grads[w])
-		}
-		for _, u := range ups {
-			g.Outputs = append(g.Outputs, u.Out)
-		}
-		g.Prune()
-		g.StripStopGradients()
+		trainingStep(t, g, loss, wrt, rows)
 		norms := 0
 		for _, n := range g.Nodes {
 			if n.Op == "LayerNormalization" {

@@ -7,6 +7,31 @@ import (
 	"github.com/ortrain/ortrain/training/graph"
 )
 
+// readsWritesLow checks that BatchNormalization n reads all five inputs
+// and writes its output in low.
+func readsWritesLow(t *testing.T, g *graph.Graph, n *graph.Node, low dtype.DType) {
+	t.Helper()
+	for i := range 5 {
+		if dt := g.Info(n.Input(i)).DType; dt != low {
+			t.Errorf("%s: input %d is %v", n.Describe(), i, dt)
+		}
+	}
+	if dt := g.Info(n.Output(0)).DType; dt != low {
+		t.Errorf("%s writes %v", n.Describe(), dt)
+	}
+}
+
+// countOp is the number of op nodes in g.
+func countOp(g *graph.Graph, op string) int {
+	c := 0
+	for _, n := range g.Nodes {
+		if n.Op == op {
+			c++
+		}
+	}
+	return c
+}
+
 // bnGraph is autocast's BatchNorm pattern, Cast(h, float32) → BN →
 // Cast(low) → Relu, over a low input h; extra adds a float32 reader of the
 // BN's output.
@@ -68,24 +93,13 @@ func TestLowBatchNorms(t *testing.T) {
 			if bn.Input(0) != "h" {
 				t.Fatalf("%s does not read h", bn.Describe())
 			}
-			for i := 1; i < 5; i++ {
-				if dt := g.Info(bn.Input(i)).DType; dt != tc.low {
-					t.Errorf("%s: input %d is %v", bn.Describe(), i, dt)
-				}
-			}
-			if dt := g.Info(bn.Output(0)).DType; dt != tc.low {
-				t.Errorf("%s writes %v", bn.Describe(), dt)
-			}
-			casts := 0
+			readsWritesLow(t, g, bn, tc.low)
 			for _, n := range g.Nodes {
-				if n.Op == "Cast" {
-					casts++
-				}
 				if n.Op == "Relu" && n.Input(0) != bn.Output(0) {
 					t.Errorf("%s does not read the BatchNorm's output", n.Describe())
 				}
 			}
-			if casts != 1 {
+			if casts := countOp(g, "Cast"); casts != 1 {
 				t.Errorf("%d Casts, want 1 (the per-channel inputs together)", casts)
 			}
 		})
@@ -201,25 +215,12 @@ func TestLowBatchNormGrads(t *testing.T) {
 				t.Fatalf("not rewired: %s, %s, %s, %s", w.Describe(), add.Describe(), dx.Describe(), relu.Describe())
 			}
 			for _, n := range []*graph.Node{xhat, w, dx, fwd} {
-				for i := range 5 {
-					if dt := g.Info(n.Input(i)).DType; dt != dtype.Float16 {
-						t.Errorf("%s: input %d is %v", n.Describe(), i, dt)
-					}
-				}
-				if dt := g.Info(n.Output(0)).DType; dt != dtype.Float16 {
-					t.Errorf("%s writes %v", n.Describe(), dt)
-				}
+				readsWritesLow(t, g, n, dtype.Float16)
 			}
 			// g's float32 copy (for the reductions), x̂'s up, gamma, one,
 			// zero, mean and var together, and each computed per-channel
 			// value.
-			casts := 0
-			for _, n := range g.Nodes {
-				if n.Op == "Cast" {
-					casts++
-				}
-			}
-			if casts != 5 {
+			if casts := countOp(g, "Cast"); casts != 5 {
 				t.Errorf("%d Casts, want 5", casts)
 			}
 		})
@@ -259,13 +260,7 @@ func TestLowRowStatistics(t *testing.T) {
 		t.Errorf("%s: inputs %v %v, outputs %v %v %v", ln.Describe(), g.Info(ln.Input(0)).DType, g.Info(ln.Input(1)).DType,
 			g.Info(ln.Output(0)).DType, g.Info(ln.Output(1)).DType, g.Info(ln.Output(2)).DType)
 	}
-	casts := 0
-	for _, n := range g.Nodes {
-		if n.Op == "Cast" {
-			casts++
-		}
-	}
-	if casts != 1 {
+	if casts := countOp(g, "Cast"); casts != 1 {
 		t.Errorf("%d Casts, want 1 (the scale's)", casts)
 	}
 	for _, tc := range []struct {
