@@ -535,7 +535,7 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 		return nil, &Error{fmt.Sprintf("%sthe loss does not depend on the parameters %s through differentiable ops (or a stop-gradient cuts them off), so their gradient would always be zero: freeze them with --frozen GLOB (config model.frozen), or train only what the loss reaches with --trainable GLOB", which, strings.Join(un, ", "))}
 	}
 	forward := len(g.Nodes)
-	grads, err := autodiff.GradientsWith(g, seed, trainable, GradientPrefix, autodiff.Options{ConvForm: conv})
+	grads, err := autodiff.GradientsWith(g, seed, trainable, GradientPrefix, autodiff.Options{ConvForm: conv, RowSums: cuda})
 	if err != nil {
 		return nil, err
 	}

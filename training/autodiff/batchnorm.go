@@ -202,25 +202,22 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	}
 	bc := append([]int64{0}, spatialAxes(b.Info(x(n)).Rank())...)
 	scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]
-	var sumG string
-	if need[0] || need[2] {
+	sumG, sumGX := batchNormRowSums(b, n, g, need)
+	if (need[0] || need[2]) && sumG == "" {
 		sumG = b.ReduceSum(g, false, bc...)
-		if need[2] {
-			dx[2] = sumG
-		}
 	}
-	if !need[0] && !need[1] {
-		return dx
+	if (need[0] || need[1]) && sumGX == "" {
+		xhat := affine(b, n, x(n), channelFill(b, scale, 1), channelFill(b, scale, 0), mean, v)
+		sumGX = b.ReduceSum(b.Mul(g, xhat), false, bc...)
 	}
-	xhat := affine(b, n, x(n), channelFill(b, scale, 1), channelFill(b, scale, 0), mean, v)
-	gx := b.Mul(g, xhat)
-	if !need[0] {
-		dx[1] = b.ReduceSum(gx, false, bc...)
-		return dx
+	if need[2] {
+		dx[2] = sumG
 	}
-	sumGX := b.ReduceSum(gx, false, bc...)
 	if need[1] {
 		dx[1] = sumGX
+	}
+	if !need[0] {
+		return dx
 	}
 	neg := elemsPerChannel(b, x(n), b.Info(g).DType, bc).negInverse(b)
 	// w is x normalised with scale -dγ/M and bias -dβ/M, which take the
@@ -265,17 +262,37 @@ const (
 // builds only: the CUDA provider's kernel accumulates with Welford's
 // algorithm, the CPU provider's computes E[x²] - E[x]² in float32, which
 // loses the variance of rows whose mean is large against their spread.
-// "" where it does not apply: x not float32, fewer than three axes,
-// spatial sizes not static or their product outside [minStatisticsRow,
-// maxStatisticsRow].
+// "" where it does not apply: x not float32, or rows rowNorm does not
+// take.
 func rowStatistics(b *B, x string, axes []int64) (flatMean, flatVar string) {
-	xi := b.Info(x)
-	if xi.DType != dtype.Float32 || !xi.Known || xi.Rank() < 3 {
+	if b.Info(x).DType != dtype.Float32 {
 		return "", ""
+	}
+	stats := rowNorm(b, x)
+	if stats == nil {
+		return "", ""
+	}
+	rowMean, rowInvStd := stats[1], stats[2]
+	mean := b.ReduceMean(rowMean, true, 0)
+	d := b.Sub(rowMean, mean)
+	rowVar := b.Pow(rowInvStd, b.Scalar(dtype.Float32, -2))
+	return b.Reshape(mean, b.Ints(-1)), b.ReduceMean(b.Add(rowVar, b.Mul(d, d)), false, axes...)
+}
+
+// rowNorm is a LayerNormalization over x's spatial axes, each (sample,
+// channel) row normalised (the output, unread) with its Mean and
+// InvStdDev (ε 1e-30, so that σᵢ² = InvStdDev⁻²), the rows' statistics
+// rowStatistics and batchNormRowSums read; nil where x's rows do not fit
+// the kernel: fewer than three axes, spatial sizes not static or their
+// product outside [minStatisticsRow, maxStatisticsRow].
+func rowNorm(b *B, x string) []string {
+	xi := b.Info(x)
+	if !xi.Known || xi.Rank() < 3 {
+		return nil
 	}
 	spatial := xi.Shape[2:]
 	if slices.Contains(spatial, -1) || dtype.Numel(spatial) < minStatisticsRow || dtype.Numel(spatial) > maxStatisticsRow {
-		return "", ""
+		return nil
 	}
 	ones := fmt.Sprintf("%sones/%v", sharedPrefix, strings.Trim(strings.ReplaceAll(fmt.Sprint(spatial), " ", "x"), "[]"))
 	if _, ok := b.G.Infos[ones]; !ok {
@@ -285,16 +302,74 @@ func rowStatistics(b *B, x string, axes []int64) (flatMean, flatVar string) {
 		}
 		t, err := graph.Floats(ones, dtype.Float32, spatial, vals)
 		if err != nil {
-			return b.Fail("%v", err), ""
+			b.Fail("%v", err)
+			return nil
 		}
 		b.G.AddInitializer(t)
 	}
-	stats := b.OpN("LayerNormalization", []string{x, ones}, 3, graph.AInt("axis", 2), graph.AFloat("epsilon", 1e-30))
-	rowMean, rowInvStd := stats[1], stats[2]
-	mean := b.ReduceMean(rowMean, true, 0)
-	d := b.Sub(rowMean, mean)
-	rowVar := b.Pow(rowInvStd, b.Scalar(dtype.Float32, -2))
-	return b.Reshape(mean, b.Ints(-1)), b.ReduceMean(b.Add(rowVar, b.Mul(d, d)), false, axes...)
+	return b.OpN("LayerNormalization", []string{x, ones}, 3, graph.AInt("axis", 2), graph.AFloat("epsilon", 1e-30))
+}
+
+// rowSumScale is the power of two x̂ is divided by before batchNormRowSums
+// multiplies it with g in float16: the product's largest values stay
+// below float16's range where a scaled gradient comes near it, and
+// products far below 1 keep their precision down to 2⁻²⁴.
+const rowSumScale = 8
+
+// batchNormRowSums computes a training BatchNorm's dβ = Σg and
+// dγ = Σ g·x̂ per channel from each (sample, channel) row's mean, which
+// one LayerNormalization over the row gives in float32: Σ = S·Σₙ meanₙ
+// over rows of S positions. precision.LowRowStatistics has the
+// LayerNormalizations read the float16 values and takes g·x̂/8 in float16
+// (x̂/8 is a BatchNormalization with scale 1/8, exact in powers of two).
+// The sums over float32 copies moved 10 and 22 bytes an element (g's copy
+// and its reduction; x̂'s copy, the float32 product and its reduction),
+// these 4 and 10, at one more rounding of each product (a NumPy model of
+// both chains on float16 data: relative error in dγ 1.0–1.6× the float32
+// chain's, dβ's unchanged). Only where g and x are float32 copies of
+// float16 values (a float16 BatchNorm's, CUDA builds: Options.RowSums)
+// and x's rows fit rowNorm; "" otherwise. Over float32 values a
+// LayerNormalization moves twice the bytes of a reduction.
+func batchNormRowSums(b *B, n *N, g string, need []bool) (sumG, sumGX string) {
+	if !optionsFor(b).RowSums || !float16Copy(b, g) || !float16Copy(b, x(n)) {
+		return "", ""
+	}
+	xi := b.Info(x(n))
+	if !xi.Known || xi.Rank() < 3 || slices.Contains(xi.Shape[2:], -1) {
+		return "", ""
+	}
+	rows := float64(dtype.Numel(xi.Shape[2:]))
+	bc := append([]int64{0}, spatialAxes(xi.Rank())...)
+	sum := func(v string, factor float64) string {
+		stats := rowNorm(b, v)
+		if stats == nil {
+			return ""
+		}
+		// The means are [N, C, 1...]: a sum over the batch, which the
+		// CUDA provider's own kernel runs (the axes of size 1 set aside).
+		return b.Mul(b.ReduceSum(stats[1], false, bc...), b.Scalar(dtype.Float32, factor*rows))
+	}
+	if need[0] || need[2] {
+		if sumG = sum(g, 1); sumG == "" {
+			return "", ""
+		}
+	}
+	if need[0] || need[1] {
+		scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]
+		xhat := affine(b, n, x(n), channelFill(b, scale, 1.0/rowSumScale), channelFill(b, scale, 0), mean, v)
+		sumGX = sum(b.Mul(g, xhat), rowSumScale)
+	}
+	return sumG, sumGX
+}
+
+// float16Copy reports whether v is a float32 Cast of a float16 value.
+func float16Copy(b *B, v string) bool {
+	for _, p := range b.G.Nodes {
+		if slices.Contains(p.Outputs, v) {
+			return p.Op == "Cast" && p.Domain == "" && dtype.DType(p.Int("to", 0)) == dtype.Float32 && b.Info(p.Input(0)).DType == dtype.Float16
+		}
+	}
+	return false
 }
 
 // BufferUpdate pairs a buffer input (a running statistic) with the value

@@ -17,11 +17,17 @@ import (
 // gradients with respect to wrt and the running statistics' updates.
 func trainingStep(t *testing.T, g *graph.Graph, loss string, wrt []string, rows bool) {
 	t.Helper()
+	trainingStepWith(t, g, loss, wrt, rows, autodiff.Options{})
+}
+
+// trainingStepWith is trainingStep differentiating with opts.
+func trainingStepWith(t *testing.T, g *graph.Graph, loss string, wrt []string, rows bool, opts autodiff.Options) {
+	t.Helper()
 	ups, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grads, err := autodiff.Gradients(g, loss, wrt, "grad/")
+	grads, err := autodiff.GradientsWith(g, loss, wrt, "grad/", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +298,87 @@ func TestBatchNormRowStatisticsBounds(t *testing.T) {
 		}
 		if norms != tc.want {
 			t.Errorf("%v %v: %d LayerNormalization nodes, want %d", tc.dt, tc.shape, norms, tc.want)
+		}
+	}
+}
+
+// TestBatchNormRowSums: where a training BatchNorm's input and gradient
+// are float32 copies of float16 values (a 16-mixed CUDA build), dβ and dγ
+// come from LayerNormalizations' row means (Options.RowSums), and the
+// loss, every gradient and the running statistics agree with the
+// reductions' graph within float32 precision, over an input whose mean is
+// far from 0 with a constant row; dropping the 1/8 that x̂ is scaled by
+// would make dγ 8 times too large. Float32 values, short rows or no
+// RowSums keep the reductions.
+func TestBatchNormRowSums(t *testing.T) {
+	orttest.Init(t)
+	const batch = 3
+	x := s(batch, 2, 16, 32)
+	order := []string{"x", "r", "g", "b", "m", "v"}
+	shapes := map[string][]int64{"x": x, "r": x, "g": s(2), "b": s(2), "m": s(2), "v": s(2)}
+	wrt := []string{"x", "g", "b"}
+	build := func(opts autodiff.Options, low bool) (*graph.Graph, int) {
+		g := graph.New("bn", graph.EmitOpset)
+		for _, name := range order {
+			g.AddInput(name, graph.Info{DType: ort.Float32, Known: true, Shape: shapes[name]})
+		}
+		b := graph.NewBuilder(g, "fwd/")
+		// As autocast leaves a float32 BatchNorm between float16 values.
+		round := func(v string) string {
+			if !low {
+				return v
+			}
+			return b.Op("Cast", []string{b.Op("Cast", []string{v}, ai("to", int64(ort.Float16)))}, ai("to", int64(ort.Float32)))
+		}
+		y := b.OpN("BatchNormalization", []string{round("x"), "g", "b", "m", "v"}, 3, ai("training_mode", 1))[0]
+		loss := b.ReduceSum(b.Mul(b.Relu(round(y)), "r"), false)
+		trainingStepWith(t, g, loss, wrt, true, opts)
+		norms := 0
+		for _, n := range g.Nodes {
+			if n.Op == "LayerNormalization" {
+				norms++
+			}
+		}
+		return g, norms
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	feed := map[string]*ort.Value{}
+	for _, name := range order {
+		gen := normal
+		if name == "v" {
+			gen = positive
+		}
+		v := fill(r, gen, int(ort.Numel(shapes[name])))
+		if name == "x" {
+			for i := range v {
+				v[i] = 3 + 2*v[i]
+			}
+			for i := range 512 { // sample 1, channel 0: one value
+				v[2*512+i] = 1.25
+			}
+		}
+		feed[name] = tensor(t, ort.Float32, shapes[name], v)
+		defer feed[name].Close()
+	}
+	sums, norms := build(autodiff.Options{RowSums: true}, true)
+	reductions, statsOnly := build(autodiff.Options{}, true)
+	// One LayerNormalization for the statistics, and with RowSums one for
+	// dβ and one for dγ.
+	if norms != 3 || statsOnly != 1 {
+		t.Fatalf("%d LayerNormalization nodes with RowSums (want 3), %d without (want 1)", norms, statsOnly)
+	}
+	if _, n := build(autodiff.Options{RowSums: true}, false); n != 1 {
+		t.Errorf("float32 values: %d LayerNormalization nodes, want 1", n)
+	}
+	got, want := runOutputs(t, sums, feed), runOutputs(t, reductions, feed)
+	for i := range want {
+		var diff, scale float64
+		for k := range want[i] {
+			diff = max(diff, math.Abs(got[i][k]-want[i][k]))
+			scale = max(scale, math.Abs(want[i][k]))
+		}
+		if !(diff <= 2e-5*scale) {
+			t.Errorf("%s differs by %.3g (largest value %.3g)", sums.Outputs[i], diff, scale)
 		}
 	}
 }

@@ -74,6 +74,10 @@ type Options struct {
 	// ConvForm is the form of convolution gradients; "" is
 	// ConvFormOffsets, the CPU's (see ConvFormFor).
 	ConvForm ConvForm
+	// RowSums takes a training BatchNorm's dβ and dγ from per-row means
+	// where its input and gradient are float32 copies of float16 values
+	// (CUDA builds; see batchNormRowSums).
+	RowSums bool
 }
 
 // optionsOf holds the Options of the differentiation running on a graph:
@@ -90,12 +94,17 @@ func GradientsWith(g *graph.Graph, loss string, wrt []string, prefix string, opt
 	return Gradients(g, loss, wrt, prefix)
 }
 
+// optionsFor is the Options of the differentiation running on b's graph.
+func optionsFor(b *B) Options {
+	o, _ := optionsOf.Load(b.G)
+	opts, _ := o.(Options)
+	return opts
+}
+
 // convForm is the form the rules on b's graph write.
 func convForm(b *B) ConvForm {
-	if o, ok := optionsOf.Load(b.G); ok {
-		if f := o.(Options).ConvForm; f != "" {
-			return f
-		}
+	if f := optionsFor(b).ConvForm; f != "" {
+		return f
 	}
 	return ConvFormOffsets
 }

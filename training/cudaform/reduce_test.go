@@ -116,3 +116,25 @@ func TestSplitReductionsLeavesLowTypes(t *testing.T) {
 		t.Errorf("%d split, %d nodes; want the float16 reduction left whole", n, len(g.Nodes))
 	}
 }
+
+// TestSplitReductionsUnitAxes: the CUDA provider sets a reduction's axes
+// of size 1 aside before it picks its kernel, so a sum of row statistics
+// [N, C, 1, 1] over {0, 2, 3} is its own kernel's, [N, C] over {0}, and
+// stays whole; over {0, 2, 3} of [N, C, 1, 4] it is not.
+func TestSplitReductionsUnitAxes(t *testing.T) {
+	for _, tc := range []struct {
+		shape []int64
+		fast  bool
+	}{{[]int64{-1, 8, 1, 1}, true}, {[]int64{-1, 8, 1, 4}, false}, {[]int64{1, 8, 1, 1}, true}} {
+		g := graph.New("unit", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: tc.shape})
+		b := graph.NewBuilder(g, "")
+		g.Outputs = []string{b.ReduceSum("x", false, 0, 2, 3)}
+		if fast := FastReduce(g, g.Nodes[len(g.Nodes)-1]); fast != tc.fast {
+			t.Errorf("%v: FastReduce %v, want %v", tc.shape, fast, tc.fast)
+		}
+		if n := SplitReductions(g); (n == 0) != tc.fast {
+			t.Errorf("%v: %d split", tc.shape, n)
+		}
+	}
+}

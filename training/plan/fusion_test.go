@@ -348,3 +348,49 @@ func TestLowParamCasts(t *testing.T) {
 		t.Errorf("a typed graph's BatchNorm adds %d kernels", len(extra))
 	}
 }
+
+// TestRowSumsRunLow: a BatchNorm backward's dβ and dγ as row means
+// (autodiff's batchNormRowSums), replayed from a graph built for a CPU,
+// run as the 16-mixed device build has them: the LayerNormalization over
+// g and the one over g·x̂/8 read float16, the product and x̂/8 are
+// float16, and g's float32 copy is never made. In bf16-mixed the product
+// stays float32 (no bfloat16 BatchNorm for x̂).
+func TestRowSumsRunLow(t *testing.T) {
+	for _, low := range []dtype.DType{dtype.Float16, dtype.BFloat16} {
+		g := graph.New("rowsums", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 4, 24, 24}})
+		g.AddInput("ones", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{24, 24}})
+		for _, p := range []string{"eighth", "zero", "mean", "var"} {
+			g.AddInput(p, graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{4}})
+		}
+		b := graph.NewBuilder(g, artifacts.GradientPrefix)
+		round := func(v string) string {
+			return b.Op("Cast", []string{b.Op("Cast", []string{v}, graph.AInt("to", int64(low)))}, graph.AInt("to", int64(dtype.Float32)))
+		}
+		x32 := round("x")
+		g32 := round(b.Relu(x32))
+		xhat := b.Op("BatchNormalization", []string{x32, "eighth", "zero", "mean", "var"})
+		p := b.Mul(g32, xhat)
+		sums := b.OpN("LayerNormalization", []string{g32, "ones"}, 3, graph.AInt("axis", 2))
+		products := b.OpN("LayerNormalization", []string{p, "ones"}, 3, graph.AInt("axis", 2))
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		g.Outputs = []string{b.ReduceSum(sums[1], false), b.ReduceSum(products[1], false)}
+		lowVal, elide := lowTyping(g, map[string]bool{"x": true}, low)
+		want := low == dtype.Float16
+		for _, v := range []string{xhat, p, products[0]} {
+			if lowVal[v] != want {
+				t.Errorf("%v: %s typed low %v, want %v", low, v, lowVal[v], want)
+			}
+		}
+		if !lowVal[sums[0]] {
+			t.Errorf("%v: the LayerNormalization over g does not read the low value", low)
+		}
+		for _, n := range g.Nodes {
+			if n.Output(0) == g32 && want && !elide[n] {
+				t.Errorf("%v: g's float32 copy elided %v, want %v", low, elide[n], want)
+			}
+		}
+	}
+}

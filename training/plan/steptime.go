@@ -702,11 +702,24 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 	// lowStats: the LayerNormalizations that compute BatchNorm statistics
 	// over a float32 copy of a low value, which the device's build runs on
 	// the low value (precision.LowRowStatistics).
-	lowStats := map[*graph.Node]bool{}
+	// A BatchNorm backward's g·x̂/8 that such a LayerNormalization reads
+	// runs low there too, and so x̂/8 (precision.LowBatchNorms normalises
+	// the low input, whose float32 copy is priced below): rowProduct
+	// holds those products.
+	lowStats, rowProduct := map[*graph.Node]bool{}, map[*graph.Node]bool{}
 	for _, n := range g.Nodes {
 		if _, ok := precision.RowStatistics(g, producers, consumers, outputs, n, low); ok {
 			lowStats[n] = true
+		} else if m := precision.RowProduct(g, producers, consumers, outputs, n); m != nil && low == dtype.Float16 {
+			lowStats[n], rowProduct[m] = true, true
 		}
+	}
+	// rowFactor: x̂/8, an inference BatchNorm over a float32 copy of a low
+	// value that only such products read.
+	rowFactor := func(n *graph.Node) bool {
+		rs := consumers[n.Outputs[0]]
+		return n.Op == "BatchNormalization" && len(rs) > 0 && !outputs[n.Outputs[0]] &&
+			!slices.ContainsFunc(rs, func(r *graph.Node) bool { return !rowProduct[r] })
 	}
 	activation := map[string]bool{}
 	for v := range data {
@@ -777,7 +790,9 @@ func lowTyping(g *graph.Graph, data map[string]bool, low dtype.DType) (lowVal ma
 			}
 		case n.Op == "BatchNormalization" && up[n.Input(0)] && lowBN(n):
 			lowVal[n.Outputs[0]] = true
-		case lowStats[n] && up[n.Input(0)]:
+		case n.Op == "BatchNormalization" && up[n.Input(0)] && rowFactor(n):
+			lowVal[n.Outputs[0]] = true
+		case lowStats[n] && lowVal[n.Input(0)]:
 			lowVal[n.Outputs[0]] = true
 		case gradW[n] != nil && up[n.Input(0)]:
 			// The sum after it (a Follow op) is low where the gradient

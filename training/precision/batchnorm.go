@@ -359,13 +359,16 @@ func IsCast(n *graph.Node, dt dtype.DType) bool {
 
 // LowRowStatistics gives the low type to the input of the
 // LayerNormalizations that compute BatchNorm statistics (autodiff's
-// rowStatistics: only their float32 Mean and InvStdDev are read) where
-// it is a float32 Cast of a low value and the device has the kernel
-// (ONNX Runtime's CUDA provider computes a float16 or bfloat16 input's
-// statistics in float32 and writes them so): they read the low value and
-// write their unread output in it, 4 bytes an element instead of the
-// Cast's 6 and their own 8. It returns the number rewritten; the float32
-// copies nothing reads any more are left to Prune.
+// rowStatistics and batchNormRowSums: only their float32 Mean and
+// InvStdDev are read) where it is a float32 Cast of a low value and the
+// device has the kernel (ONNX Runtime's CUDA provider computes a float16
+// or bfloat16 input's statistics in float32 and writes them so): they read
+// the low value and write their unread output in it, 4 bytes an element
+// instead of the Cast's 6 and their own 8. Where the input is instead a
+// product of two such Casts that only the LayerNormalization reads (a
+// BatchNorm backward's g·x̂/8), the product is taken in the low type and
+// read so: 10 bytes an element instead of 20. It returns the number
+// rewritten; the float32 copies nothing reads any more are left to Prune.
 func LowRowStatistics(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	if kernels == nil || low == 0 {
 		return 0
@@ -376,8 +379,16 @@ func LowRowStatistics(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	before := map[*graph.Node][]*graph.Node{}
 	rewritten := 0
 	for _, n := range slices.Clone(g.Nodes) {
-		x, ok := RowStatistics(g, producers, consumers, outputs, n, low)
-		if !ok || !kernels(n, low) {
+		if x, ok := RowStatistics(g, producers, consumers, outputs, n, low); ok && kernels(n, low) {
+			n.Inputs[0] = x
+		} else if mul := RowProduct(g, producers, consumers, outputs, n); mul != nil && kernels(n, low) && kernels(mul, low) {
+			l, r := lowSource(g, producers, mul.Input(0), low), lowSource(g, producers, mul.Input(1), low)
+			if l == "" || r == "" {
+				continue
+			}
+			mul.Inputs = []string{l, r}
+			setType(g, mul.Outputs[0], low)
+		} else {
 			continue
 		}
 		for i := 1; i < len(n.Inputs); i++ {
@@ -395,10 +406,7 @@ func LowRowStatistics(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 			}
 			n.Inputs[i] = c
 		}
-		n.Inputs[0] = x
-		y := g.Info(n.Outputs[0])
-		y.DType = low
-		g.Infos[n.Outputs[0]] = y
+		setType(g, n.Outputs[0], low)
 		rewritten++
 	}
 	if rewritten > 0 {
@@ -407,15 +415,43 @@ func LowRowStatistics(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	return rewritten
 }
 
+// setType records v's element type as dt.
+func setType(g *graph.Graph, v string, dt dtype.DType) {
+	i := g.Info(v)
+	i.DType = dt
+	g.Infos[v] = i
+}
+
+// statisticsOnly reports whether n is a LayerNormalization whose
+// normalised output nothing reads and no graph output is.
+func statisticsOnly(consumers map[string][]*graph.Node, outputs map[string]bool, n *graph.Node) bool {
+	return n.Op == "LayerNormalization" && n.Domain == "" && len(n.Outputs) >= 3 && !outputs[n.Outputs[0]] && len(consumers[n.Outputs[0]]) == 0
+}
+
 // RowStatistics reports whether n is a LayerNormalization that only
-// computes statistics (its normalised output unread, no graph output)
-// over a float32 Cast of a value in low, which it returns: the pattern
-// LowRowStatistics rewrites, which step-time plans ask of graphs built
-// for a CPU.
+// computes statistics (statisticsOnly) over a float32 Cast of a value in
+// low, which it returns: the pattern LowRowStatistics rewrites, which
+// step-time plans ask of graphs built for a CPU.
 func RowStatistics(g *graph.Graph, producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, n *graph.Node, low dtype.DType) (string, bool) {
-	if n.Op != "LayerNormalization" || n.Domain != "" || len(n.Outputs) < 3 || outputs[n.Outputs[0]] || len(consumers[n.Outputs[0]]) > 0 {
+	if !statisticsOnly(consumers, outputs, n) {
 		return "", false
 	}
 	x := lowSource(g, producers, n.Input(0), low)
 	return x, x != ""
+}
+
+// RowProduct returns the Mul whose product n, a LayerNormalization that
+// only computes statistics, reads, where nothing else reads it; nil
+// otherwise. LowRowStatistics takes it in the low type where both its
+// operands are float32 Casts of low values; step-time plans ask it of
+// graphs built for a CPU, whose operands are typed otherwise.
+func RowProduct(g *graph.Graph, producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, n *graph.Node) *graph.Node {
+	if !statisticsOnly(consumers, outputs, n) {
+		return nil
+	}
+	p := producers[n.Input(0)]
+	if p == nil || p.Op != "Mul" || p.Domain != "" || len(p.Inputs) != 2 || len(p.Outputs) != 1 || outputs[p.Outputs[0]] || len(consumers[p.Outputs[0]]) != 1 {
+		return nil
+	}
+	return p
 }

@@ -1,6 +1,7 @@
 package precision
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -271,6 +272,62 @@ func TestLowRowStatistics(t *testing.T) {
 		g, _ := build(tc.read)
 		if n := LowRowStatistics(g, dtype.Float16, tc.k); n != 0 {
 			t.Errorf("%s: rewrote %d", tc.name, n)
+		}
+	}
+}
+
+// TestLowRowProducts: a LayerNormalization that only computes statistics
+// over a product of two float32 copies of low values (a BatchNorm
+// backward's g·x̂/8), which nothing else reads, has the product taken in
+// the low type from the low values and reads it: no Cast but the scale's
+// is left. A product read elsewhere, one with an operand computed in
+// float32, or no low Mul kernel leaves both alone.
+func TestLowRowProducts(t *testing.T) {
+	build := func(readMul, fullOperand bool) (*graph.Graph, *graph.Node, *graph.Node) {
+		g := graph.New("t", graph.EmitOpset)
+		for _, v := range []string{"g", "x"} {
+			g.AddInput(v, graph.Info{DType: dtype.Float16, Known: true, Shape: []int64{2, 3, 8, 8}})
+		}
+		g.AddInput("ones", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{8, 8}})
+		b := graph.NewBuilder(g, "")
+		right := b.Cast("x", dtype.Float32)
+		if fullOperand {
+			right = b.Relu(right)
+		}
+		p := b.Mul(b.Cast("g", dtype.Float32), right)
+		outs := b.OpN("LayerNormalization", []string{p, "ones"}, 3, graph.AInt("axis", 2))
+		g.Outputs = []string{b.ReduceSum(outs[1], false)}
+		if readMul {
+			g.Outputs = append(g.Outputs, b.ReduceSum(p, false))
+		}
+		producers := g.Producers()
+		return g, producers[p], producers[outs[1]]
+	}
+	all := func(*graph.Node, dtype.DType) bool { return true }
+	g, mul, ln := build(false, false)
+	if n := LowRowStatistics(g, dtype.Float16, all); n != 1 {
+		t.Fatalf("rewrote %d, want 1", n)
+	}
+	g.Prune()
+	if err := g.Sort(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(mul.Inputs, []string{"g", "x"}) || g.Info(mul.Output(0)).DType != dtype.Float16 || ln.Input(0) != mul.Output(0) ||
+		g.Info(ln.Input(1)).DType != dtype.Float16 || g.Info(ln.Output(1)).DType != dtype.Float32 {
+		t.Errorf("%s (%v), %s", mul.Describe(), g.Info(mul.Output(0)).DType, ln.Describe())
+	}
+	if casts := countOp(g, "Cast"); casts != 1 {
+		t.Errorf("%d Casts, want 1 (the scale's)", casts)
+	}
+	noMul := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Mul" }
+	for _, tc := range []struct {
+		name              string
+		readMul, fullOper bool
+		k                 Kernels
+	}{{"product read", true, false, all}, {"float32 operand", false, true, all}, {"no Mul kernel", false, false, noMul}} {
+		g, mul, _ := build(tc.readMul, tc.fullOper)
+		if n := LowRowStatistics(g, dtype.Float16, tc.k); n != 0 || g.Info(mul.Output(0)).DType != dtype.Float32 {
+			t.Errorf("%s: rewrote %d, product %v", tc.name, n, g.Info(mul.Output(0)).DType)
 		}
 	}
 }
