@@ -26,6 +26,9 @@ var convFormCases = []fdCase{
 	// (convWeightGradShifted), pads on one side only in the second.
 	{name: "Conv/3d-fewer-outputs", dtype: f32, ins: ins(normal, s(2, 4, 3, 4, 3), s(2, 4, 3, 3, 3)), build: op("Conv", ais("pads", s(1, 1, 1, 1, 1, 1)))},
 	{name: "Conv/2d-fewer-outputs-uneven", dtype: f32, ins: ins(normal, s(1, 3, 5, 4), s(1, 3, 3, 2)), build: op("Conv", ais("pads", s(1, 0, 1, 1)))},
+	// The gemm form's weight gradient one product per sample (few
+	// channels over a large map): strided, padded, a 3×3 window.
+	{name: "Conv/2d-batched-weight-grad", dtype: f32, ins: ins(normal, s(2, 2, 9, 8), s(3, 2, 3, 3)), build: op("Conv", ais("strides", s(1, 2)), ais("pads", s(1, 1, 1, 1)))},
 	{name: "Conv/3d-stride-dilation", dtype: f32, ins: ins(normal, s(1, 2, 5, 6, 5), s(3, 2, 3, 3, 2)), build: op("Conv", ais("strides", s(2, 1, 1)), ais("dilations", s(1, 2, 1)), ais("pads", s(1, 2, 0, 1, 2, 1)))},
 }
 
@@ -72,9 +75,14 @@ func TestConvFormsAgainstFiniteDifferences(t *testing.T) {
 				checkFD(t, c, uint64(i))
 			})
 		}
+		// The gemm form without the per-sample products.
+		c.conv = autodiff.ConvFormGEMM
+		t.Run("gemm-unbatched/"+c.name, func(t *testing.T) {
+			defer autodiff.SetMaxBatchedShare(autodiff.SetMaxBatchedShare(1 << 40))
+			checkFD(t, c, uint64(i))
+		})
 		// No table at all: a volume's offsets one product each, batched
 		// over the output's depth.
-		c.conv = autodiff.ConvFormGEMM
 		t.Run("gemm-per-depth/"+c.name, func(t *testing.T) {
 			defer autodiff.SetMaxGatherIndices(autodiff.SetMaxGatherIndices(0))
 			checkFD(t, c, uint64(i))
@@ -147,11 +155,18 @@ func TestConvFormsNodes(t *testing.T) {
 	// The gemm form: the offsets form's weight gradients, a ConvTranspose
 	// per input gradient (no zeros interleaved, no flipped weight); in
 	// bfloat16, which ONNX Runtime's CUDA ConvTranspose lacks, the offsets
-	// form's Convs.
-	if gemm := count(autodiff.ConvFormGEMM); gemm["ConvTranspose"] != 3 || gemm["Conv"] != 3 || gemm["MatMul"] != 1 || gemm["Gather"] != 1 || gemm["Gemm"] != 2 ||
-		gemm["Unsqueeze"] != 0 || gemm["Slice"] != 0 {
-		t.Errorf("gemm form: %v; want 3 ConvTranspose, 3 Conv, 1 Gather, 1 MatMul, 2 Gemm, no Unsqueeze or Slice", gemm)
+	// form's Convs. The first 1×1 window, over the largest map, has its
+	// weight gradient one product per sample and their sum: no Transpose
+	// of X or dY but the one its product folds in.
+	if gemm := count(autodiff.ConvFormGEMM); gemm["ConvTranspose"] != 3 || gemm["Conv"] != 3 || gemm["MatMul"] != 1+1 || gemm["Gather"] != 1 || gemm["Gemm"] != 1 ||
+		gemm["ReduceSum"] != 1+1 || gemm["Transpose"] != 6 || gemm["Unsqueeze"] != 0 || gemm["Slice"] != 0 {
+		t.Errorf("gemm form: %v; want 3 ConvTranspose, 3 Conv, 1 Gather, 2 MatMul, 1 Gemm, 2 ReduceSum (one the loss), 6 Transpose, no Unsqueeze or Slice", gemm)
 	}
+	share := autodiff.SetMaxBatchedShare(1 << 40)
+	if gemm := count(autodiff.ConvFormGEMM); gemm["MatMul"] != 1 || gemm["Gemm"] != 2 || gemm["Transpose"] != 7 {
+		t.Errorf("gemm form without per-sample products: %v; want 1 MatMul, 2 Gemm, 7 Transpose", gemm)
+	}
+	autodiff.SetMaxBatchedShare(share)
 	if gemm := countIn(autodiff.ConvFormGEMM, dtype.BFloat16); gemm["ConvTranspose"] != 0 || gemm["Conv"] != 6 || gemm["Gather"] != 1 {
 		t.Errorf("gemm form in bfloat16: %v; want no ConvTranspose, 6 Conv, 1 Gather", gemm)
 	}

@@ -32,3 +32,11 @@ func SetSpreadZeros(on bool) bool {
 	spreadZeros = on
 	return old
 }
+
+// SetMaxBatchedShare sets convWeightGradBatched's bound (a large one turns
+// the batched weight gradient off) and returns the old one.
+func SetMaxBatchedShare(n int64) int64 {
+	old := maxBatchedShare
+	maxBatchedShare = n
+	return old
+}

@@ -279,6 +279,9 @@ func convWeightGradPointwise(b *B, xv, g string, wshape []int64) string {
 // a kernel-sized im2col for every offset.
 func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
 	if convForm(b) == ConvFormGEMM {
+		if dw := convWeightGradBatched(b, xv, g, w, in, out, wshape); dw != "" {
+			return dw
+		}
 		if dw := convWeightGradShifted(b, xv, g, w, in, out, wshape); dw != "" {
 			return dw
 		}
@@ -367,6 +370,12 @@ func convWeightGradGEMM(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape
 // volume as their inner dimension, which cuBLAS ran at 3% of its peak;
 // both are now batched over the depth (convWeightGradPerDepth).
 var (
+	// maxBatchedShare bounds convWeightGradBatched's partial product
+	// against the copies it saves: writing and reading it costs about
+	// what a copy of the same size does, and its sum runs slower than a
+	// Transpose, so only a quarter of them.
+	maxBatchedShare int64 = 4
+
 	maxGatherIndices     int64 = 1 << 20
 	maxGatherColumns     int64 = 1 << 21
 	maxGatherSlabs       int64 = 3
@@ -558,6 +567,53 @@ func convWeightGradPerDepth(b *B, xv, g string, w graph.WindowAttrs, in, out, ws
 		}
 	}
 	return depthSum(b, parts, wshape)
+}
+
+// convWeightGradBatched is the weight gradient in the gemm form (CUDA)
+// where a sample's share of it is small against the sample's activations
+// (a network's early stages): one product per sample, dW_n = dY_n·X̄_nᵀ
+// as [M, P] by [P, C·K] (X̄_n the sample's windows: X_n itself for a
+// pointwise window, else gathered as convWeightGradGather does, in the
+// input's own layout), batched over the samples, then their sum. The
+// other forms first move the channels in front of the batch, a copy of X
+// and one of dY (ResNet-50's first two stages: most of its Transposes'
+// traffic); this writes an [N, M, C·K] partial product instead, which
+// pays where maxBatchedShare times a sample's share, M·C·K, is at most
+// C·S + M·P (S the padded input's positions, P the output's). Each
+// sample's product is rounded to dY's type before the sum, which ONNX
+// Runtime's CUDA reduction accumulates in float32 (a NumPy model in
+// float16: relative error 1.0–1.4× one GEMM's). "" where it does not
+// apply: that bound, sizes not static, or windows too large to gather.
+func convWeightGradBatched(b *B, xv, g string, w graph.WindowAttrs, in, out, wshape []int64) string {
+	k := len(in)
+	c, m := wshape[1], wshape[0]
+	kernels, positions, area := int64(1), int64(1), int64(1)
+	padded := make([]int64, k)
+	for i := range k {
+		if in[i] < 0 || out[i] < 0 {
+			return ""
+		}
+		padded[i] = in[i] + w.Pads[i] + w.Pads[k+i]
+		kernels *= w.Kernel[i]
+		positions *= out[i]
+		area *= padded[i]
+	}
+	if maxBatchedShare*m*c*kernels > c*area+m*positions {
+		return ""
+	}
+	cols := b.Reshape(xv, b.Ints(0, c, positions)) // [N, C, P]
+	if !pointwise(w) {
+		if kernels*positions > maxGatherIndices || c*kernels*positions > maxGatherColumns {
+			return ""
+		}
+		xr := b.Reshape(padWindow(b, xv, w), b.Ints(0, c, area))
+		cols = b.Op("Gather", []string{xr, gatherIndices(b, w, padded, out, kernels, positions)}, graph.AInt("axis", 2)) // [N, C, K, P]
+		cols = b.Reshape(cols, b.Ints(0, c*kernels, positions))
+	}
+	// [N, M, P] by [N, P, C·K]: ONNX Runtime folds the Transpose into the
+	// product (FusedMatMul).
+	perSample := b.MatMul(b.Reshape(g, b.Ints(0, m, positions)), b.Transpose(cols, 0, 2, 1))
+	return b.Reshape(b.ReduceSum(perSample, false, 0), b.Ints(wshape...))
 }
 
 // convWeightGradShifted is the weight gradient in the gemm form (CUDA)
