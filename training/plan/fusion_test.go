@@ -394,3 +394,53 @@ func TestRowSumsRunLow(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxCopyForGradient: a Softmax replayed in the low type from a
+// graph built for a CPU makes a float32 copy of P for a float32 reader,
+// but not for its gradient's product, which reads the low P on the device
+// (precision.LowSoftmaxGrads), flattened by cudaform or not.
+func TestSoftmaxCopyForGradient(t *testing.T) {
+	gpu, err := LookupGPU("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		grad, extra bool
+		copies      float64
+	}{{"gradient", true, false, 0}, {"float32 reader", false, true, 1}, {"both", true, true, 1}} {
+		g := graph.New("softmax", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 64, 64}})
+		g.AddInput("dp", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 64, 64}})
+		g.AddInput("r", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 3, 64, 1}})
+		b := graph.NewBuilder(g, artifacts.GradientPrefix)
+		round := func(v string) string {
+			return b.Op("Cast", []string{b.Op("Cast", []string{v}, graph.AInt("to", int64(dtype.BFloat16)))}, graph.AInt("to", int64(dtype.Float32)))
+		}
+		p := b.Op("Softmax", []string{round(b.MatMul(round("x"), round("x")))}, graph.AInt("axis", -1))
+		g.Outputs = []string{b.MatMul(round(p), round("x"))}
+		if tc.grad {
+			d := b.Reshape(b.Sub(b.Reshape("dp", b.Ints(384, 64)), b.Reshape("r", b.Ints(384, 1))), b.Ints(2, 3, 64, 64))
+			g.Outputs = append(g.Outputs, round(b.Mul(p, d)))
+		}
+		if tc.extra {
+			g.Outputs = append(g.Outputs, b.ReduceSum(b.Log(p), false))
+		}
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		costs := costGraph(g, gpu, StepOptions{TF32: true, low: dtype.BFloat16, data: map[string]bool{"x": true}})
+		for i, n := range g.Nodes {
+			if n.Op != "Softmax" {
+				continue
+			}
+			// Its own bytes, bfloat16 in and out, plus 4 + 2 + 2 an
+			// element for each copy (written, and read by the Cast
+			// and by its reader).
+			elems := float64(2 * 3 * 64 * 64)
+			if want := elems * (4 + tc.copies*(2+4+2)); costs[i].bytes != want {
+				t.Errorf("%s: the Softmax moves %.0f bytes, want %.0f", tc.name, costs[i].bytes, want)
+			}
+		}
+	}
+}

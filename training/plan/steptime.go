@@ -462,7 +462,7 @@ var shapeOps = map[string]bool{"Shape": true, "Size": true}
 // (FusedMatMul), and so is a scale by a constant scalar of a MatMul's
 // operand or product (MatMulScaleFusion).
 func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
-	consumers := g.Consumers()
+	consumers, producers := g.Consumers(), g.Producers()
 	constant := map[string]bool{} // known before the run: folded
 	shapeLike := map[string]bool{}
 	for name := range g.Initializers {
@@ -524,10 +524,11 @@ func costGraph(g *graph.Graph, gpu GPU, o StepOptions) []nodeCost {
 			if n.Op == "Softmax" && lowVal[n.Output(0)] && g.Info(n.Output(0)).DType == dtype.Float32 {
 				// Built emulated: its readers but the Casts to low read, on
 				// the device, a float32 copy made for them, priced here
-				// (its launch not: a few per step).
+				// (its launch not: a few per step); its gradient's product
+				// reads the low P there (precision.LowSoftmaxGrads).
 				var rest float64
 				for _, r := range consumers[n.Output(0)] {
-					if !precision.IsCast(r, o.low) {
+					if !precision.IsCast(r, o.low) && !precision.SoftmaxGradTo(producers, consumers, outputs, r, o.low) {
 						rest++
 					}
 				}

@@ -104,6 +104,12 @@ type softmaxGrad struct {
 // lowSoftmaxGrad reports whether m is the product of a softmaxGrad: the
 // pattern but for the types.
 func lowSoftmaxGrad(producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, m *graph.Node) (softmaxGrad, bool) {
+	return softmaxGradOf(producers, consumers, outputs, m, false)
+}
+
+// softmaxGradOf is lowSoftmaxGrad, and with flat also takes dP - r read
+// through a Reshape that only m reads (the Sub then is the flat one).
+func softmaxGradOf(producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, m *graph.Node, flat bool) (softmaxGrad, bool) {
 	var d softmaxGrad
 	if m.Op != "Mul" || m.Domain != "" || len(m.Inputs) != 2 {
 		return d, false
@@ -117,6 +123,9 @@ func lowSoftmaxGrad(producers map[string]*graph.Node, consumers map[string][]*gr
 	}
 	for i := range 2 {
 		s := producers[m.Input(1-i)]
+		if v := s; flat && v != nil && v.Op == "Reshape" && !outputs[v.Outputs[0]] && len(consumers[v.Outputs[0]]) == 1 {
+			s = producers[v.Input(0)]
+		}
 		if s == nil || s.Op != "Sub" || s.Domain != "" || outputs[s.Outputs[0]] || len(consumers[s.Outputs[0]]) != 1 || !probs(m.Input(i)) {
 			continue
 		}
@@ -128,6 +137,17 @@ func lowSoftmaxGrad(producers map[string]*graph.Node, consumers map[string][]*gr
 	readers, ok := lowReaders(consumers, outputs, m.Outputs[0])
 	d.Readers = readers
 	return d, ok
+}
+
+// SoftmaxGradTo reports whether m is the product of a softmax's
+// gradient that LowSoftmaxGrads runs in low where P and dP are low on
+// the device (the pattern, its product cast to low): step-time plans ask
+// it of graphs built for a CPU, where that P is a float32 value, and
+// which CUDA builds finish with cudaform's rewrites, so dP - r may reach
+// the product through a Reshape of a flattened Sub (FlattenBroadcasts).
+func SoftmaxGradTo(producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, m *graph.Node, low dtype.DType) bool {
+	d, ok := softmaxGradOf(producers, consumers, outputs, m, true)
+	return ok && dtype.DType(d.Readers[0].Int("to", 0)) == low
 }
 
 // LowSoftmaxGrads gives the low type to softmax gradients whose P and dP

@@ -169,3 +169,40 @@ func TestLowSoftmaxGrads(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxGradTo: the product of a softmax's gradient cast to low is
+// the pattern LowSoftmaxGrads rewrites, also with its Sub flattened behind
+// a Reshape as cudaform leaves it; cast to another type, or with the
+// Reshape read elsewhere too, it is not.
+func TestSoftmaxGradTo(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		flat, twoRead bool
+		to            dtype.DType
+		want          bool
+	}{{"plain", false, false, dtype.BFloat16, true}, {"flattened", true, false, dtype.BFloat16, true},
+		{"other type", false, false, dtype.Float16, false}, {"view read twice", true, true, dtype.BFloat16, false}} {
+		g := graph.New("t", graph.EmitOpset)
+		g.AddInput("s", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 4, 4}})
+		g.AddInput("dp", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 4, 4}})
+		g.AddInput("r", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 4, 1}})
+		b := graph.NewBuilder(g, "")
+		p := b.Op("Softmax", []string{"s"}, graph.AInt("axis", -1))
+		d := b.Sub("dp", "r")
+		if tc.flat {
+			d = b.Reshape(b.Sub(b.Reshape("dp", b.Ints(8, 4)), b.Reshape("r", b.Ints(8, 1))), b.Ints(2, 4, 4))
+		}
+		mul := b.Mul(p, d)
+		g.Outputs = []string{b.Cast(mul, dtype.BFloat16)}
+		if tc.twoRead {
+			g.Outputs = append(g.Outputs, b.Relu(d))
+		}
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		producers := g.Producers()
+		if got := SoftmaxGradTo(producers, g.Consumers(), g.OutputSet(), producers[mul], tc.to); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
