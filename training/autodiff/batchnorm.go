@@ -193,7 +193,8 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 // Where the forward ran its BatchNorm in a low type, w, g + w and dX are
 // element-wise in what X and g are on the device, and
 // precision.LowBatchNorms runs all three there: only the reductions
-// need the float32 copies.
+// need the float32 copies, and in CUDA builds over long enough rows not
+// those either (batchNormRowSums).
 func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	dx := make([]string, len(n.Inputs))
 	g := dy[0]
@@ -310,10 +311,10 @@ func rowNorm(b *B, x string) []string {
 	return b.OpN("LayerNormalization", []string{x, ones}, 3, graph.AInt("axis", 2), graph.AFloat("epsilon", 1e-30))
 }
 
-// rowSumScale is the power of two x̂ is divided by before batchNormRowSums
-// multiplies it with g in float16: the product's largest values stay
-// below float16's range where a scaled gradient comes near it, and
-// products far below 1 keep their precision down to 2⁻²⁴.
+// rowSumScale is the power of two x̂ is divided by (exactly) before
+// batchNormRowSums multiplies it with g in float16: products stay below
+// float16's largest value where a loss-scaled gradient comes near it, for
+// three bits less at the small end (float16 resolves down to 2⁻²⁴).
 const rowSumScale = 8
 
 // batchNormRowSums computes a training BatchNorm's dβ = Σg and
