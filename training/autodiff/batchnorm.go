@@ -288,13 +288,10 @@ func rowStatistics(b *B, x string, axes []int64) (flatMean, flatVar string) {
 // product outside [minStatisticsRow, maxStatisticsRow].
 func rowNorm(b *B, x string) []string {
 	xi := b.Info(x)
-	if !xi.Known || xi.Rank() < 3 {
+	if !rowsFit(xi) {
 		return nil
 	}
 	spatial := xi.Shape[2:]
-	if slices.Contains(spatial, -1) || dtype.Numel(spatial) < minStatisticsRow || dtype.Numel(spatial) > maxStatisticsRow {
-		return nil
-	}
 	ones := fmt.Sprintf("%sones/%v", sharedPrefix, strings.Trim(strings.ReplaceAll(fmt.Sprint(spatial), " ", "x"), "[]"))
 	if _, ok := b.G.Infos[ones]; !ok {
 		vals := make([]float64, dtype.Numel(spatial))
@@ -309,6 +306,15 @@ func rowNorm(b *B, x string) []string {
 		b.G.AddInitializer(t)
 	}
 	return b.OpN("LayerNormalization", []string{x, ones}, 3, graph.AInt("axis", 2), graph.AFloat("epsilon", 1e-30))
+}
+
+// rowsFit reports whether rowNorm takes a value of x's shape.
+func rowsFit(xi graph.Info) bool {
+	if !xi.Known || xi.Rank() < 3 || slices.Contains(xi.Shape[2:], -1) {
+		return false
+	}
+	rows := dtype.Numel(xi.Shape[2:])
+	return rows >= minStatisticsRow && rows <= maxStatisticsRow
 }
 
 // rowSumScale is the power of two x̂ is divided by (exactly) before
@@ -332,18 +338,15 @@ const rowSumScale = 8
 // and x's rows fit rowNorm; "" otherwise. Over float32 values a
 // LayerNormalization moves twice the bytes of a reduction.
 func batchNormRowSums(b *B, n *N, g string, need []bool) (sumG, sumGX string) {
-	if !optionsFor(b).RowSums || !float16Copy(b, g) || !float16Copy(b, x(n)) {
-		return "", ""
-	}
 	xi := b.Info(x(n))
-	if !xi.Known || xi.Rank() < 3 || slices.Contains(xi.Shape[2:], -1) {
+	if !optionsFor(b).RowSums || !rowsFit(xi) || !float16Copy(b, g) || !float16Copy(b, x(n)) {
 		return "", ""
 	}
 	rows := float64(dtype.Numel(xi.Shape[2:]))
 	bc := append([]int64{0}, spatialAxes(xi.Rank())...)
 	sum := func(v string, factor float64) string {
 		stats := rowNorm(b, v)
-		if stats == nil {
+		if stats == nil { // the builder failed (b.Err says why)
 			return ""
 		}
 		// The means are [N, C, 1...]: a sum over the batch, which the
@@ -351,9 +354,7 @@ func batchNormRowSums(b *B, n *N, g string, need []bool) (sumG, sumGX string) {
 		return b.Mul(b.ReduceSum(stats[1], false, bc...), b.Scalar(dtype.Float32, factor*rows))
 	}
 	if need[0] || need[2] {
-		if sumG = sum(g, 1); sumG == "" {
-			return "", ""
-		}
+		sumG = sum(g, 1)
 	}
 	if need[0] || need[1] {
 		scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]

@@ -601,8 +601,10 @@ func convWeightGradBatched(b *B, xv, g string, w graph.WindowAttrs, in, out, wsh
 	if maxBatchedShare*m*c*kernels > c*area+m*positions {
 		return ""
 	}
-	cols := b.Reshape(xv, b.Ints(0, c, positions)) // [N, C, P]
-	if !pointwise(w) {
+	var cols string // [N, C·K, P]
+	if pointwise(w) {
+		cols = b.Reshape(xv, b.Ints(0, c, positions))
+	} else {
 		if kernels*positions > maxGatherIndices || c*kernels*positions > maxGatherColumns {
 			return ""
 		}
