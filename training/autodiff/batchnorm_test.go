@@ -193,50 +193,16 @@ func TestBatchNormRowStatistics(t *testing.T) {
 		y := b.OpN("BatchNormalization", []string{"x", "g", "b", "m", "v"}, 3, ai("training_mode", 1), af("momentum", mom))[0]
 		loss := b.ReduceSum(b.Mul(b.Relu(y), "r"), false)
 		trainingStep(t, g, loss, wrt, rows)
-		norms := 0
-		for _, n := range g.Nodes {
-			if n.Op == "LayerNormalization" {
-				norms++
-			}
-		}
-		return g, norms
+		return g, layerNorms(g)
 	}
-	r := rand.New(rand.NewPCG(7, 8))
-	data := map[string][]float64{}
-	feed := map[string]*ort.Value{}
-	for _, name := range order {
-		gen := normal
-		if name == "v" {
-			gen = positive
-		}
-		data[name] = fill(r, gen, int(ort.Numel(shapes[name])))
-		if name == "x" {
-			for i := range data[name] {
-				data[name][i] = 3 + 2*data[name][i] // a mean far from 0
-			}
-			for i := range 512 { // sample 1, channel 0: one value
-				data[name][2*512+i] = 1.25
-			}
-		}
-		feed[name] = tensor(t, ort.Float32, shapes[name], data[name])
-		defer feed[name].Close()
-	}
+	feed, data := bnFeed(t, rand.New(rand.NewPCG(7, 8)), order, shapes)
 	rows, norms := build(true)
 	elementary, none := build(false)
 	if norms != 1 || none != 0 {
 		t.Fatalf("%d LayerNormalization nodes (want 1), %d in the elementary graph", norms, none)
 	}
-	got, want := runOutputs(t, rows, feed), runOutputs(t, elementary, feed)
-	for i := range want {
-		var diff, scale float64
-		for k := range want[i] {
-			diff = max(diff, math.Abs(got[i][k]-want[i][k]))
-			scale = max(scale, math.Abs(want[i][k]))
-		}
-		if diff > 2e-5*scale {
-			t.Errorf("%s differs by %.3g (largest value %.3g)", rows.Outputs[i], diff, scale)
-		}
-	}
+	got := runOutputs(t, rows, feed)
+	sameOutputs(t, rows.Outputs, got, runOutputs(t, elementary, feed), 2e-5)
 	const m = batch * 512
 	outs := map[string][]float64{}
 	for i, o := range rows.Outputs {
@@ -319,7 +285,6 @@ func TestBatchNormRowSums(t *testing.T) {
 }
 
 func rowSumsAgree(t *testing.T, x []int64) {
-	rows := int(ort.Numel(x[2:]))
 	order := []string{"x", "r", "g", "b", "m", "v"}
 	shapes := map[string][]int64{"x": x, "r": x, "g": s(2), "b": s(2), "m": s(2), "v": s(2)}
 	wrt := []string{"x", "g", "b"}
@@ -339,33 +304,9 @@ func rowSumsAgree(t *testing.T, x []int64) {
 		y := b.OpN("BatchNormalization", []string{round("x"), "g", "b", "m", "v"}, 3, ai("training_mode", 1))[0]
 		loss := b.ReduceSum(b.Mul(b.Relu(round(y)), "r"), false)
 		trainingStepWith(t, g, loss, wrt, true, opts)
-		norms := 0
-		for _, n := range g.Nodes {
-			if n.Op == "LayerNormalization" {
-				norms++
-			}
-		}
-		return g, norms
+		return g, layerNorms(g)
 	}
-	r := rand.New(rand.NewPCG(9, 10))
-	feed := map[string]*ort.Value{}
-	for _, name := range order {
-		gen := normal
-		if name == "v" {
-			gen = positive
-		}
-		v := fill(r, gen, int(ort.Numel(shapes[name])))
-		if name == "x" {
-			for i := range v {
-				v[i] = 3 + 2*v[i]
-			}
-			for i := range rows { // sample 1, channel 0: one value
-				v[2*rows+i] = 1.25
-			}
-		}
-		feed[name] = tensor(t, ort.Float32, shapes[name], v)
-		defer feed[name].Close()
-	}
+	feed, _ := bnFeed(t, rand.New(rand.NewPCG(9, 10)), order, shapes)
 	sums, norms := build(autodiff.Options{RowSums: true}, true)
 	reductions, statsOnly := build(autodiff.Options{}, true)
 	// One LayerNormalization for the statistics, and with RowSums one for
@@ -376,15 +317,61 @@ func rowSumsAgree(t *testing.T, x []int64) {
 	if _, n := build(autodiff.Options{RowSums: true}, false); n != 1 {
 		t.Errorf("float32 values: %d LayerNormalization nodes, want 1", n)
 	}
-	got, want := runOutputs(t, sums, feed), runOutputs(t, reductions, feed)
+	sameOutputs(t, sums.Outputs, runOutputs(t, sums, feed), runOutputs(t, reductions, feed), 2e-5)
+}
+
+// layerNorms counts g's LayerNormalization nodes.
+func layerNorms(g *graph.Graph) int {
+	n := 0
+	for _, node := range g.Nodes {
+		if node.Op == "LayerNormalization" {
+			n++
+		}
+	}
+	return n
+}
+
+// bnFeed feeds a BatchNorm test's float32 inputs, in order: normal values
+// (the variance "v" positive), and x's with a mean far from 0 and one row
+// (sample 1, channel 0 of two) a single value. It returns the values too;
+// the tensors close when the test ends.
+func bnFeed(t *testing.T, r *rand.Rand, order []string, shapes map[string][]int64) (map[string]*ort.Value, map[string][]float64) {
+	t.Helper()
+	feed, data := map[string]*ort.Value{}, map[string][]float64{}
+	for _, name := range order {
+		gen := normal
+		if name == "v" {
+			gen = positive
+		}
+		v := fill(r, gen, int(ort.Numel(shapes[name])))
+		if name == "x" {
+			rows := int(ort.Numel(shapes[name][2:]))
+			for i := range v {
+				v[i] = 3 + 2*v[i]
+			}
+			for i := range rows {
+				v[2*rows+i] = 1.25
+			}
+		}
+		data[name] = v
+		feed[name] = tensor(t, ort.Float32, shapes[name], v)
+		t.Cleanup(feed[name].Close)
+	}
+	return feed, data
+}
+
+// sameOutputs checks each of got's outputs against want's within tol of
+// want's largest magnitude (a NaN fails).
+func sameOutputs(t *testing.T, names []string, got, want [][]float64, tol float64) {
+	t.Helper()
 	for i := range want {
 		var diff, scale float64
 		for k := range want[i] {
 			diff = max(diff, math.Abs(got[i][k]-want[i][k]))
 			scale = max(scale, math.Abs(want[i][k]))
 		}
-		if !(diff <= 2e-5*scale) {
-			t.Errorf("%s differs by %.3g (largest value %.3g)", sums.Outputs[i], diff, scale)
+		if !(diff <= tol*scale) {
+			t.Errorf("%s differs by %.3g (largest value %.3g)", names[i], diff, scale)
 		}
 	}
 }
