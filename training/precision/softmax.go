@@ -123,8 +123,8 @@ func softmaxGradOf(producers map[string]*graph.Node, consumers map[string][]*gra
 	}
 	for i := range 2 {
 		s := producers[m.Input(1-i)]
-		if v := s; flat && v != nil && v.Op == "Reshape" && !outputs[v.Outputs[0]] && len(consumers[v.Outputs[0]]) == 1 {
-			s = producers[v.Input(0)]
+		if flat && s != nil && s.Op == "Reshape" && !outputs[s.Outputs[0]] && len(consumers[s.Outputs[0]]) == 1 {
+			s = producers[s.Input(0)]
 		}
 		if s == nil || s.Op != "Sub" || s.Domain != "" || outputs[s.Outputs[0]] || len(consumers[s.Outputs[0]]) != 1 || !probs(m.Input(i)) {
 			continue
