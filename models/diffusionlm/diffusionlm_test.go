@@ -192,10 +192,10 @@ func TestLossMatchesLogSumExp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := countOps(g, "ReduceLogSumExp"); got != 0 {
+		if got := g.CountOp("ReduceLogSumExp"); got != 0 {
 			t.Fatalf("loss_pieces %d: %d ReduceLogSumExp nodes, want none", pieces, got)
 		}
-		if got := countOps(g, "LogSoftmax"); got != max(pieces, 1) {
+		if got := g.CountOp("LogSoftmax"); got != max(pieces, 1) {
 			t.Errorf("loss_pieces %d: %d LogSoftmax nodes, want one per piece", pieces, got)
 		}
 		b := graph.NewBuilder(g, "old/")
@@ -248,16 +248,6 @@ func TestLossMatchesLogSumExp(t *testing.T) {
 			}
 		}
 	}
-}
-
-func countOps(g *graph.Graph, op string) int {
-	n := 0
-	for _, nd := range g.Nodes {
-		if nd.Op == op {
-			n++
-		}
-	}
-	return n
 }
 
 // TestBlockCausality perturbs single tokens and checks which positions'

@@ -193,7 +193,7 @@ func TestBatchNormRowStatistics(t *testing.T) {
 		y := b.OpN("BatchNormalization", []string{"x", "g", "b", "m", "v"}, 3, ai("training_mode", 1), af("momentum", mom))[0]
 		loss := b.ReduceSum(b.Mul(b.Relu(y), "r"), false)
 		trainingStep(t, g, loss, wrt, rows)
-		return g, layerNorms(g)
+		return g, g.CountOp("LayerNormalization")
 	}
 	feed, data := bnFeed(t, rand.New(rand.NewPCG(7, 8)), order, shapes)
 	rows, norms := build(true)
@@ -257,13 +257,7 @@ func TestBatchNormRowStatisticsBounds(t *testing.T) {
 		if _, err := autodiff.TrainingBatchNorm(g, func(s string) string { return s + ".out" }, true); err != nil {
 			t.Fatal(err)
 		}
-		norms := 0
-		for _, n := range g.Nodes {
-			if n.Op == "LayerNormalization" {
-				norms++
-			}
-		}
-		if norms != tc.want {
+		if norms := g.CountOp("LayerNormalization"); norms != tc.want {
 			t.Errorf("%v %v: %d LayerNormalization nodes, want %d", tc.dt, tc.shape, norms, tc.want)
 		}
 	}
@@ -304,7 +298,7 @@ func rowSumsAgree(t *testing.T, x []int64) {
 		y := b.OpN("BatchNormalization", []string{round("x"), "g", "b", "m", "v"}, 3, ai("training_mode", 1))[0]
 		loss := b.ReduceSum(b.Mul(b.Relu(round(y)), "r"), false)
 		trainingStepWith(t, g, loss, wrt, true, opts)
-		return g, layerNorms(g)
+		return g, g.CountOp("LayerNormalization")
 	}
 	feed, _ := bnFeed(t, rand.New(rand.NewPCG(9, 10)), order, shapes)
 	sums, norms := build(autodiff.Options{RowSums: true}, true)
@@ -318,17 +312,6 @@ func rowSumsAgree(t *testing.T, x []int64) {
 		t.Errorf("float32 values: %d LayerNormalization nodes, want 1", n)
 	}
 	sameOutputs(t, sums.Outputs, runOutputs(t, sums, feed), runOutputs(t, reductions, feed), 2e-5)
-}
-
-// layerNorms counts g's LayerNormalization nodes.
-func layerNorms(g *graph.Graph) int {
-	n := 0
-	for _, node := range g.Nodes {
-		if node.Op == "LayerNormalization" {
-			n++
-		}
-	}
-	return n
 }
 
 // bnFeed feeds a BatchNorm test's float32 inputs, in order: normal values

@@ -287,6 +287,17 @@ func (g *Graph) AddNode(n *Node) *Node {
 	return n
 }
 
+// CountOp is the number of g's nodes of op type op.
+func (g *Graph) CountOp(op string) int {
+	n := 0
+	for _, node := range g.Nodes {
+		if node.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
 // OutputSet is the set of g's outputs.
 func (g *Graph) OutputSet() map[string]bool {
 	set := make(map[string]bool, len(g.Outputs))

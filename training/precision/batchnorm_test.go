@@ -22,17 +22,6 @@ func readsWritesLow(t *testing.T, g *graph.Graph, n *graph.Node, low dtype.DType
 	}
 }
 
-// countOp is the number of op nodes in g.
-func countOp(g *graph.Graph, op string) int {
-	c := 0
-	for _, n := range g.Nodes {
-		if n.Op == op {
-			c++
-		}
-	}
-	return c
-}
-
 // bnGraph is autocast's BatchNorm pattern, Cast(h, float32) → BN →
 // Cast(low) → Relu, over a low input h; extra adds a float32 reader of the
 // BN's output.
@@ -100,7 +89,7 @@ func TestLowBatchNorms(t *testing.T) {
 					t.Errorf("%s does not read the BatchNorm's output", n.Describe())
 				}
 			}
-			if casts := countOp(g, "Cast"); casts != 1 {
+			if casts := g.CountOp("Cast"); casts != 1 {
 				t.Errorf("%d Casts, want 1 (the per-channel inputs together)", casts)
 			}
 		})
@@ -221,7 +210,7 @@ func TestLowBatchNormGrads(t *testing.T) {
 			// g's float32 copy (for the reductions), x̂'s up, gamma, one,
 			// zero, mean and var together, and each computed per-channel
 			// value.
-			if casts := countOp(g, "Cast"); casts != 5 {
+			if casts := g.CountOp("Cast"); casts != 5 {
 				t.Errorf("%d Casts, want 5", casts)
 			}
 		})
@@ -261,7 +250,7 @@ func TestLowRowStatistics(t *testing.T) {
 		t.Errorf("%s: inputs %v %v, outputs %v %v %v", ln.Describe(), g.Info(ln.Input(0)).DType, g.Info(ln.Input(1)).DType,
 			g.Info(ln.Output(0)).DType, g.Info(ln.Output(1)).DType, g.Info(ln.Output(2)).DType)
 	}
-	if casts := countOp(g, "Cast"); casts != 1 {
+	if casts := g.CountOp("Cast"); casts != 1 {
 		t.Errorf("%d Casts, want 1 (the scale's)", casts)
 	}
 	for _, tc := range []struct {
@@ -316,7 +305,7 @@ func TestLowRowProducts(t *testing.T) {
 		g.Info(ln.Input(1)).DType != dtype.Float16 || g.Info(ln.Output(1)).DType != dtype.Float32 {
 		t.Errorf("%s (%v), %s", mul.Describe(), g.Info(mul.Output(0)).DType, ln.Describe())
 	}
-	if casts := countOp(g, "Cast"); casts != 1 {
+	if casts := g.CountOp("Cast"); casts != 1 {
 		t.Errorf("%d Casts, want 1 (the scale's)", casts)
 	}
 	noMul := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Mul" }
