@@ -220,8 +220,8 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 			}
 		}
 		if n.Op == "Softmax" && need[0] && dy[0] != "" {
-			if d := softmaxRowDots(b, g, n, consumers, readers, outputs, total); d != "" {
-				grads[x(n)] = append(grads[x(n)], b.Mul(y(n), b.Sub(dy[0], d)))
+			if sp, ok := softmaxIntoProduct(g, n, consumers, readers, outputs, total); ok {
+				grads[x(n)] = append(grads[x(n)], b.Mul(y(n), sp.shiftedGrad(b, g, y(n), dy[0])))
 				continue
 			}
 		}

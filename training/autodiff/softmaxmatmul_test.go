@@ -1,6 +1,7 @@
 package autodiff_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
@@ -10,11 +11,17 @@ import (
 
 // TestSoftmaxRowDotsFromOutput: the gradient of attention's softmax takes
 // its row sums from O = P·V and O's gradient, [B, H, L, d], not from the
-// [B, H, L, L] product of P and its gradient; with the batch unknown too,
-// where P's and V's batch trace to the one input. A softmax read by
-// something else as well keeps the product.
+// [B, H, L, L] product of P and its gradient, and subtracts them inside
+// one product, [dO | D]·[V | -1]ᵀ, with no element-wise pass over the
+// scores; with the batch unknown too, where P's and V's batch trace to
+// the one input. A softmax read by something else as well keeps the
+// product and the subtraction.
 func TestSoftmaxRowDotsFromOutput(t *testing.T) {
-	build := func(extraReader bool) map[int64]int {
+	type backward struct {
+		sums             map[int64]int // ReduceSums by their input's last size
+		scoreOps, folded int           // Subs and Adds over P's shape; products of [dO | D]
+	}
+	build := func(extraReader bool) backward {
 		g := graph.New("attn", graph.EmitOpset)
 		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{-1, 16, 8}})
 		g.Dims["x"] = []string{"batch", "", ""}
@@ -33,24 +40,37 @@ func TestSoftmaxRowDotsFromOutput(t *testing.T) {
 			loss = b.Add(loss, b.ReduceSum(p, false))
 		}
 		g.FoldShapes()
-		if _, err := autodiff.GradientsWith(g, loss, []string{"wq", "wk", "wv"}, "grad/", autodiff.Options{}); err != nil {
+		grads, err := autodiff.GradientsWith(g, loss, []string{"wq", "wk", "wv"}, "grad/", autodiff.Options{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		sums := map[int64]int{} // ReduceSums in the backward by their input's last size
+		g.Outputs = []string{grads["wq"], grads["wk"], grads["wv"]}
+		g.Prune() // the product rule's dP, which nothing reads
+		bw := backward{sums: map[int64]int{}}
+		prod := g.Producers()
 		for _, n := range g.Nodes {
-			if n.Op == "ReduceSum" && n.Name != "" && len(n.Name) > 5 && n.Name[:5] == "grad/" {
-				if in := g.Info(n.Inputs[0]); in.Rank() == 4 {
-					sums[in.Shape[3]]++
-				}
+			if !strings.HasPrefix(n.Name, "grad/") {
+				continue
+			}
+			in, out := g.Info(n.Input(0)), g.Info(n.Outputs[0])
+			switch {
+			case n.Op == "ReduceSum" && in.Rank() == 4:
+				bw.sums[in.Shape[3]]++
+			case (n.Op == "Sub" || n.Op == "Add") && out.Rank() == 4 && out.Shape[3] == 16:
+				bw.scoreOps++
+			case n.Op == "MatMul" && prod[n.Input(0)] != nil && prod[n.Input(0)].Op == "Concat" && out.Shape[3] == 16:
+				bw.folded++
 			}
 		}
-		return sums
+		return bw
 	}
-	if sums := build(false); sums[4] != 1 || sums[16] != 0 {
-		t.Errorf("attention's softmax row sums over inputs of last size %v; want one over O's 4, none over P's 16", sums)
+	if bw := build(false); bw.sums[4] != 1 || bw.sums[16] != 0 || bw.scoreOps != 0 || bw.folded != 1 {
+		t.Errorf("attention's softmax: row sums over inputs of last size %v, %d element-wise ops over the scores, %d products [dO | D]·[V | -1]ᵀ; "+
+			"want one sum over O's 4, none over P's 16, no element-wise op, one product", bw.sums, bw.scoreOps, bw.folded)
 	}
-	if sums := build(true); sums[16] != 1 {
-		t.Errorf("softmax read twice: row sums over inputs of last size %v; want the product's, over 16", sums)
+	if bw := build(true); bw.sums[16] != 1 || bw.scoreOps != 1 || bw.folded != 0 {
+		t.Errorf("softmax read twice: row sums over inputs of last size %v, %d element-wise ops over the scores, %d products; want the product's sum, over 16, its Sub, no product",
+			bw.sums, bw.scoreOps, bw.folded)
 	}
 }
 
@@ -72,7 +92,7 @@ func TestSoftmaxRowDotsTyped(t *testing.T) {
 	dots := false
 	for _, n := range g.Nodes {
 		switch n.Op {
-		case "Add", "Sub", "Mul", "Div":
+		case "Add", "Sub", "Mul", "Div", "MatMul", "Concat":
 			if a, c := g.Info(n.Inputs[0]).DType, g.Info(n.Inputs[1]).DType; a != c {
 				t.Errorf("%s reads %v and %v", n.Describe(), a, c)
 			}

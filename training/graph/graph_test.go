@@ -236,3 +236,25 @@ func TestInferLayerNormStats(t *testing.T) {
 		}
 	}
 }
+
+// TestInferConcatSizes: a Concat's sizes off its axis are any input's
+// that knows them (a gradient whose sizes inference lost, joined with a
+// value that has them); along the axis, the sum where every input knows
+// its own.
+func TestInferConcatSizes(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInput("lost", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, -1, -1}})
+	g.AddInput("known", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 5, 8}})
+	g.AddInput("full", Info{DType: ort.Float32, Known: true, Shape: []int64{3, 5, 2}})
+	for _, tc := range []struct {
+		in   []string
+		want []int64
+	}{{[]string{"lost", "known"}, []int64{-1, 5, -1}}, {[]string{"known", "full"}, []int64{3, 5, 10}}, {[]string{"lost", "full", "known"}, []int64{3, 5, -1}}} {
+		n := &Node{Op: "Concat", Name: g.Fresh("cat"), Inputs: tc.in, Outputs: []string{g.Fresh("y")}, Attrs: []*onnxpb.AttributeProto{AInt("axis", -1)}}
+		g.Nodes = append(g.Nodes, n)
+		g.InferNode(n)
+		if info := g.Info(n.Outputs[0]); !info.Known || !slices.Equal(info.Shape, tc.want) {
+			t.Errorf("Concat of %v: %v, want %v", tc.in, info, tc.want)
+		}
+	}
+}

@@ -299,6 +299,13 @@ func inferConcat(c *inferCtx) {
 		} else {
 			s[ax] = ck.add(s[ax], o.Shape[ax])
 		}
+		if o.Known { // the other axes are every input's: any that knows one
+			for i, d := range o.Shape {
+				if int64(i) != ax && s[i] < 0 {
+					s[i] = d
+				}
+			}
+		}
 	}
 	if ck.over {
 		c.unknown(x.DType)

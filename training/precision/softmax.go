@@ -92,11 +92,13 @@ func lowSoftmax(producers map[string]*graph.Node, consumers map[string][]*graph.
 // softmaxGrad is a softmax's gradient as autodiff writes it, Mul =
 // P ⊙ Sub, Sub = dP - r, with P the softmax's probabilities (its output or
 // a float32 copy of it), dP the gradient reaching them and r their rows'
-// Σ P·dP; Readers are the Casts to one type other than float32 that
-// alone read the product.
+// Σ P·dP; or, where autodiff formed dP - r in the product that gives dP
+// (attention's, softmaxmatmul.go), P ⊙ DP with DP a float32 Cast of that
+// product and no Sub. Readers are the Casts to one type other than
+// float32 that alone read the product.
 type softmaxGrad struct {
-	Sub          *graph.Node
-	P, DP        string // Mul's and Sub's operands
+	Sub          *graph.Node // nil where DP is dP - r already
+	P, DP        string      // Mul's and Sub's operands; or Mul's
 	Readers      []*graph.Node
 	probsOnRight bool // Mul(dP - r, P) rather than Mul(P, dP - r)
 }
@@ -121,17 +123,25 @@ func softmaxGradOf(producers map[string]*graph.Node, consumers map[string][]*gra
 		}
 		return p != nil && p.Op == "Softmax" && p.Domain == ""
 	}
+	found := false
 	for i := range 2 {
+		if !probs(m.Input(i)) {
+			continue
+		}
 		s := producers[m.Input(1-i)]
+		if s != nil && IsCast(s, dtype.Float32) && !outputs[s.Outputs[0]] && len(consumers[s.Outputs[0]]) == 1 {
+			d, found = softmaxGrad{P: m.Input(i), DP: m.Input(1 - i), probsOnRight: i == 1}, true
+			continue
+		}
 		if flat && s != nil && s.Op == "Reshape" && !outputs[s.Outputs[0]] && len(consumers[s.Outputs[0]]) == 1 {
 			s = producers[s.Input(0)]
 		}
-		if s == nil || s.Op != "Sub" || s.Domain != "" || outputs[s.Outputs[0]] || len(consumers[s.Outputs[0]]) != 1 || !probs(m.Input(i)) {
+		if s == nil || s.Op != "Sub" || s.Domain != "" || outputs[s.Outputs[0]] || len(consumers[s.Outputs[0]]) != 1 {
 			continue
 		}
-		d = softmaxGrad{Sub: s, P: m.Input(i), DP: s.Input(0), probsOnRight: i == 1}
+		d, found = softmaxGrad{Sub: s, P: m.Input(i), DP: s.Input(0), probsOnRight: i == 1}, true
 	}
-	if d.Sub == nil {
+	if !found {
 		return d, false
 	}
 	readers, ok := lowReaders(consumers, outputs, m.Outputs[0])
@@ -147,6 +157,11 @@ func softmaxGradOf(producers map[string]*graph.Node, consumers map[string][]*gra
 // the product through a Reshape of a flattened Sub (FlattenBroadcasts).
 func SoftmaxGradTo(producers map[string]*graph.Node, consumers map[string][]*graph.Node, outputs map[string]bool, m *graph.Node, low dtype.DType) bool {
 	d, ok := softmaxGradOf(producers, consumers, outputs, m, true)
+	if ok && d.Sub == nil {
+		// dP - r from the product, which such a graph rounds to low.
+		r := producers[producers[d.DP].Input(0)]
+		ok = r != nil && IsCast(r, low)
+	}
 	return ok && dtype.DType(d.Readers[0].Int("to", 0)) == low
 }
 
@@ -160,7 +175,10 @@ func SoftmaxGradTo(producers map[string]*graph.Node, consumers map[string][]*gra
 // once at the end; dP and P are already rounded to the low type, and a
 // NumPy simulation of both chains in bfloat16 over softmax rows of 256 and
 // 512 gave relative L2 errors 1.2–1.6 times the float32 chain's
-// (3.3·10⁻³ against 2.9·10⁻³ at unit scores and gradients). It returns
+// (3.3·10⁻³ against 2.9·10⁻³ at unit scores and gradients). Where the
+// product gave dP - r (autodiff's attention form) only P ⊙ (dP - r) is
+// left, which in the low type rounds once what the float32 product of
+// the same two low values rounded once: exactly the same. It returns
 // the number rewritten; the float32 values nothing reads any more are
 // left to Prune.
 func LowSoftmaxGrads(g *graph.Graph, low dtype.DType, kernels Kernels) int {
@@ -175,7 +193,7 @@ func LowSoftmaxGrads(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 	rewritten := 0
 	for _, m := range slices.Clone(g.Nodes) {
 		d, ok := lowSoftmaxGrad(producers, consumers, outputs, m)
-		if !ok || dtype.DType(d.Readers[0].Int("to", 0)) != low || !kernels(m, low) || !kernels(d.Sub, low) {
+		if !ok || dtype.DType(d.Readers[0].Int("to", 0)) != low || !kernels(m, low) || d.Sub != nil && !kernels(d.Sub, low) {
 			continue
 		}
 		p, dp := lowSource(g, producers, d.P, low), lowSource(g, producers, d.DP, low)
@@ -188,11 +206,14 @@ func LowSoftmaxGrads(g *graph.Graph, low dtype.DType, kernels Kernels) int {
 			rename[r.Outputs[0]] = out
 		}
 		at := len(g.Nodes)
-		r := d.Sub.Input(1)
-		if g.Info(r).DType != low {
-			r = b.Cast(r, low)
+		s := dp // dP - r already, from the product
+		if d.Sub != nil {
+			r := d.Sub.Input(1)
+			if g.Info(r).DType != low {
+				r = b.Cast(r, low)
+			}
+			s = b.Sub(dp, r)
 		}
-		s := b.Sub(dp, r)
 		in := []string{p, s}
 		if d.probsOnRight {
 			in = []string{s, p}

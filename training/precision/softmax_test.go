@@ -206,3 +206,65 @@ func TestSoftmaxGradTo(t *testing.T) {
 		}
 	}
 }
+
+// TestLowSoftmaxGradsShifted: where autodiff formed dP - r in the product
+// (a float32 Cast of a low value, no Sub), P ⊙ (dP - r) alone reads and
+// writes the low type, reading P and the product's low value; a float32
+// value of its own there is left alone. SoftmaxGradTo sees the same in a
+// graph built emulated, the product rounded by a Cast pair.
+func TestLowSoftmaxGradsShifted(t *testing.T) {
+	build := func(own bool) (*graph.Graph, *graph.Node) {
+		g := graph.New("t", graph.EmitOpset)
+		g.AddInput("s", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 3, 4, 4}})
+		g.AddInput("shifted", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 3, 4, 4}})
+		b := graph.NewBuilder(g, "")
+		p := b.Op("Softmax", []string{"s"}, graph.AInt("axis", -1))
+		d := b.Cast("shifted", dtype.Float32)
+		if own {
+			d = b.Relu(d)
+		}
+		mul := b.Mul(b.Cast(p, dtype.Float32), d)
+		g.Outputs = []string{b.MatMul(b.Cast(mul, dtype.BFloat16), "s")}
+		return g, g.Producers()[mul]
+	}
+	all := func(*graph.Node, dtype.DType) bool { return true }
+	g, _ := build(false)
+	if n := LowSoftmaxGrads(g, dtype.BFloat16, all); n != 1 {
+		t.Fatalf("rewrote %d, want 1", n)
+	}
+	g.Prune()
+	var mul *graph.Node
+	for _, n := range g.Nodes {
+		if n.Op == "Mul" {
+			mul = n
+		}
+		if n.Op == "Sub" {
+			t.Errorf("a Sub was written: %s", n.Describe())
+		}
+	}
+	if mul == nil || g.Info(mul.Output(0)).DType != dtype.BFloat16 || mul.Input(1) != "shifted" || g.Info(mul.Input(0)).DType != dtype.BFloat16 {
+		t.Errorf("not rewired: %v", mul.Describe())
+	}
+	if g, _ := build(true); LowSoftmaxGrads(g, dtype.BFloat16, all) != 0 {
+		t.Error("rewrote a product with a float32 value of its own")
+	}
+
+	// Emulated: P float32, the product's float32 value rounded by a pair.
+	for _, tc := range []struct {
+		name  string
+		round dtype.DType
+		want  bool
+	}{{"rounded", dtype.BFloat16, true}, {"rounded to another type", dtype.Float16, false}} {
+		g := graph.New("t", graph.EmitOpset)
+		g.AddInput("s", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 4, 4}})
+		g.AddInput("shifted", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{2, 4, 4}})
+		b := graph.NewBuilder(g, "")
+		p := b.Op("Softmax", []string{"s"}, graph.AInt("axis", -1))
+		mul := b.Mul(p, b.Cast(b.Cast("shifted", tc.round), dtype.Float32))
+		g.Outputs = []string{b.Cast(mul, dtype.BFloat16)}
+		producers := g.Producers()
+		if got := SoftmaxGradTo(producers, g.Consumers(), g.OutputSet(), producers[mul], dtype.BFloat16); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
