@@ -251,3 +251,32 @@ func TestLowPrecisionNodesStep(t *testing.T) {
 		})
 	}
 }
+
+// TestGeluWhereTheDeviceHasIt: the diffusion LM's exact GELU is one
+// com.microsoft Gelu node (autodiff.FuseGelus) in a float32 build and in
+// a bf16-mixed one for a device with its bfloat16 kernel; for a device
+// that runs element-wise ops in bfloat16 but has no bfloat16 Gelu it
+// stays the elementary chain, which runs in bfloat16 there.
+func TestGeluWhereTheDeviceHasIt(t *testing.T) {
+	params := map[string]any{"vocab": 10, "mask_token": 9, "hidden": 8, "layers": 1, "heads": 2, "seq_len": 4, "block_size": 2}
+	for _, tc := range []struct {
+		name  string
+		low   dtype.DType
+		probe artifacts.KernelProbe
+		gelu  bool
+	}{{"float32", 0, nil, true}, {"bf16-mixed", dtype.BFloat16, cudaLikeKernels{}, true}, {"no bfloat16 Gelu", dtype.BFloat16, without{"Gelu"}, false}} {
+		m, err := models.Build("bd3lm", params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, CUDA: true,
+			ConvForm: autodiff.ConvFormGEMM, Precision: tc.low, Probe: tc.probe})
+		g, err := graph.Load(filepath.Join(dir, artifacts.TrainingFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.CountOp("Gelu") > 0; got != tc.gelu {
+			t.Errorf("%s: Gelu nodes %v, want %v", tc.name, got, tc.gelu)
+		}
+	}
+}

@@ -131,6 +131,7 @@ func Build(opts Options) (*Manifest, error) {
 		return nil, err
 	}
 	g.FoldShapes()
+	autodiff.FuseGelus(g, func(n *graph.Node) bool { return runsGelu(g, n, opts) })
 	g.HoistScales()
 	g.SinkScales()
 	if err := g.StopGradientAt(opts.StopGradient); err != nil {
@@ -706,4 +707,25 @@ func bypassIdentities(g *graph.Graph) {
 			n.Inputs[i] = resolve(in)
 		}
 	}
+}
+
+// runsGelu reports whether the device runs n, a Gelu autodiff.FuseGelus
+// would write, in the types autocast will give it: float32, and the low
+// type where the device runs element-wise ops in it (a CUDA provider
+// without a bfloat16 Gelu keeps the chain, which runs in bfloat16 there;
+// one that emulates the low type runs the Gelu in float32 like the rest).
+// Without a probe (float32 builds) it is true: ONNX Runtime's CPU and
+// CUDA providers have the float32 kernel. So it is where the probe opens
+// no session at all (a plan for a GPU made without one), as on a device
+// with the kernels.
+func runsGelu(g *graph.Graph, n *graph.Node, opts Options) bool {
+	if opts.Precision == 0 || opts.Probe == nil {
+		return true
+	}
+	k := opts.Probe.Kernels(g)
+	mul := &graph.Node{Op: "Mul", Name: "probe", Inputs: []string{n.Input(0), n.Input(0)}, Outputs: []string{"probe"}}
+	if !k(mul, dtype.Float32) {
+		return true
+	}
+	return k(n, dtype.Float32) && (k(n, opts.Precision) || !k(mul, opts.Precision))
 }

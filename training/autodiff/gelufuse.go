@@ -2,6 +2,7 @@ package autodiff
 
 import (
 	"math"
+	"slices"
 
 	"github.com/ortrain/ortrain/dtype"
 	"github.com/ortrain/ortrain/training/graph"
@@ -15,7 +16,7 @@ import (
 // moved GELU's ½ onto the weight of the product after it.
 type geluChain struct {
 	x, u, a string  // the input, the erf's argument, A
-	h, k    float64 // the outer scale and x's factor in u
+	h, k, c float64 // the outer scale, x's factor in u, and A's constant
 }
 
 // geluPattern matches the chain ending at n, each inner value read by the
@@ -35,45 +36,45 @@ func geluPattern(g *graph.Graph, n *graph.Node, prod map[string]*graph.Node, rea
 		return p
 	}
 	scalar := func(v string) (float64, bool) { return scalarValue(g, prod, v) }
-	// erfSum matches A = c + erf(u), u = k·x, returning x, u and k.
-	erfSum := func(av string) (x, u string, k float64, ok bool) {
+	// erfSum matches A = c + erf(u), u = k·x, returning x, u, k and c.
+	erfSum := func(av string) (x, u string, k, c float64, ok bool) {
 		add := inner(av, "Add")
 		if add == nil {
-			return "", "", 0, false
+			return "", "", 0, 0, false
 		}
 		for i := range 2 {
 			erf := prod[add.Inputs[i]]
-			if _, isConst := scalar(add.Inputs[1-i]); !isConst || erf == nil || erf.Op != "Erf" || erf.Domain != "" ||
-				readers[add.Inputs[i]] != 1 || outputs[add.Inputs[i]] {
+			c, isConst := scalar(add.Inputs[1-i])
+			if !isConst || erf == nil || erf.Op != "Erf" || erf.Domain != "" || readers[add.Inputs[i]] != 1 || outputs[add.Inputs[i]] {
 				continue
 			}
 			u = erf.Inputs[0]
 			if readers[u] != 1 || outputs[u] {
-				return "", "", 0, false
+				return "", "", 0, 0, false
 			}
 			if p := inner(u, "Div"); p != nil {
 				if d, ok := scalar(p.Inputs[1]); ok && d != 0 {
-					return p.Inputs[0], u, 1 / d, true
+					return p.Inputs[0], u, 1 / d, c, true
 				}
 			}
 			if p := inner(u, "Mul"); p != nil {
 				for j := range 2 {
 					if f, ok := scalar(p.Inputs[j]); ok {
-						return p.Inputs[1-j], u, f, true
+						return p.Inputs[1-j], u, f, c, true
 					}
 				}
 			}
 		}
-		return "", "", 0, false
+		return "", "", 0, 0, false
 	}
 	for i := range 2 {
 		left, right := n.Inputs[i], n.Inputs[1-i]
 		// Mul(Mul(x, h), A): right is A, left the scaled x.
 		if p := inner(left, "Mul"); p != nil {
-			if x, u, k, ok := erfSum(right); ok {
+			if x, u, k, c, ok := erfSum(right); ok {
 				for j := range 2 {
 					if h, isConst := scalar(p.Inputs[j]); isConst && p.Inputs[1-j] == x {
-						return geluChain{x: x, u: u, a: right, h: h, k: k}, true
+						return geluChain{x: x, u: u, a: right, h: h, k: k, c: c}, true
 					}
 				}
 			}
@@ -82,8 +83,8 @@ func geluPattern(g *graph.Graph, n *graph.Node, prod map[string]*graph.Node, rea
 		if h, isConst := scalar(right); isConst {
 			if p := inner(left, "Mul"); p != nil {
 				for j := range 2 {
-					if x, u, k, ok := erfSum(p.Inputs[j]); ok && p.Inputs[1-j] == x {
-						return geluChain{x: x, u: u, a: p.Inputs[j], h: h, k: k}, true
+					if x, u, k, c, ok := erfSum(p.Inputs[j]); ok && p.Inputs[1-j] == x {
+						return geluChain{x: x, u: u, a: p.Inputs[j], h: h, k: k, c: c}, true
 					}
 				}
 			}
@@ -91,12 +92,74 @@ func geluPattern(g *graph.Graph, n *graph.Node, prod map[string]*graph.Node, rea
 	}
 	// Mul(x, A): no scale.
 	for i := range 2 {
-		if x, u, k, ok := erfSum(n.Inputs[i]); ok && n.Inputs[1-i] == x {
-			return geluChain{x: x, u: u, a: n.Inputs[i], h: 1, k: k}, true
+		if x, u, k, c, ok := erfSum(n.Inputs[i]); ok && n.Inputs[1-i] == x {
+			return geluChain{x: x, u: u, a: n.Inputs[i], h: 1, k: k, c: c}, true
 		}
 	}
 	return none, false
 }
+
+// exact reports whether the chain is GELU itself, ½·x·(1 + erf(x/√2)),
+// to float32's rounding of its constants (exporters divide by √2 rounded
+// to float32).
+func (c geluChain) exact() bool {
+	return c.h == 0.5 && c.c == 1 && math.Abs(c.k*math.Sqrt2-1) < 1e-6
+}
+
+// FuseGelus writes each exact GELU in elementary ops (as PyTorch exports
+// it before opset 20) as one ONNX Runtime Gelu node (com.microsoft, the
+// same function) where can says the device runs that node: the forward
+// pass then makes one element-wise pass over the MLP's widest activation
+// where it made four. ONNX Runtime's own GeluFusion does not: it takes
+// neither bfloat16 nor the chain once graph.SinkScales has moved its ½
+// onto the next weight, so this runs before SinkScales. The ai.onnx Gelu
+// (opset 20) is not used: at opset 20 ONNX Runtime's CUDA provider has
+// no kernel for Equal (19) or ConstantOfShape (20), which the graphs use.
+// The gradient is the chain's (geluGrad). It returns the number fused.
+func FuseGelus(g *graph.Graph, can func(n *graph.Node) bool) int {
+	prod := g.Producers()
+	readers, outputs := readerCounts(g)
+	fused := 0
+	drop := map[*graph.Node]bool{}
+	_, had := g.Domains[graph.MSDomain]
+	g.Domains[graph.MSDomain] = 1 // for can, which may build a session of the node
+	for _, n := range g.Nodes {
+		c, ok := geluPattern(g, n, prod, readers, outputs)
+		if !ok || !c.exact() || drop[n] || !g.Info(c.x).Float() {
+			continue
+		}
+		gelu := &graph.Node{Op: "Gelu", Domain: graph.MSDomain, Name: n.Name, Inputs: []string{c.x}, Outputs: n.Outputs}
+		if !can(gelu) {
+			continue
+		}
+		// The chain's other nodes: producers of the values between x and
+		// n's output, each read by the chain alone (geluPattern checked).
+		var walk func(v string)
+		walk = func(v string) {
+			p := prod[v]
+			if v == c.x || p == nil || p.Domain != "" || !geluChainOps[p.Op] || readers[v] != 1 || outputs[v] {
+				return
+			}
+			drop[p] = true
+			for _, in := range p.Inputs {
+				walk(in)
+			}
+		}
+		for _, in := range n.Inputs {
+			walk(in)
+		}
+		*n = *gelu
+		fused++
+	}
+	if fused == 0 && !had {
+		delete(g.Domains, graph.MSDomain)
+	}
+	g.Nodes = slices.DeleteFunc(g.Nodes, func(n *graph.Node) bool { return drop[n] })
+	return fused
+}
+
+// geluChainOps are the ops of the elementary GELU.
+var geluChainOps = map[string]bool{"Mul": true, "Div": true, "Add": true, "Erf": true}
 
 // geluChainGrad is x's gradient through the chain: with e = exp(−u²),
 // dm/dx = h·A + h·x·(2k/√π)·e, the second term's constant folded into the

@@ -1,9 +1,12 @@
 package autodiff_test
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/graph"
 )
@@ -84,5 +87,52 @@ func TestGeluChainSevenPasses(t *testing.T) {
 	}
 	if n := backward(false, erfShared); n <= 7 {
 		t.Errorf("erf read twice: %d element-wise backward nodes; the pattern must not take a chain whose inner value another op reads", n)
+	}
+}
+
+// TestFuseGelus: the exact GELU in the builder's and torch.onnx's forms
+// becomes one com.microsoft Gelu node computing the same values (to
+// float32 rounding: the kernel rounds once where the chain rounded four
+// times); chains with other constants, without the ½, or whose erf is read
+// elsewhere too stay as they are, and so does every chain where the
+// device has no kernel (can), the graph then importing no contrib domain.
+func TestFuseGelus(t *testing.T) {
+	orttest.Init(t)
+	build := func() *graph.Graph {
+		g := graph.New("mlp", graph.EmitOpset)
+		g.AddInput("x", graph.Info{DType: dtype.Float32, Known: true, Shape: []int64{4, 16}})
+		b := graph.NewBuilder(g, "")
+		c := func(v float64) string { return b.Scalar(dtype.Float32, v) }
+		builder := b.Gelu("x")
+		torchForm := b.Mul(b.Mul("x", b.Add(b.Erf(b.Mul("x", c(0.7071067811865476))), c(1))), c(0.5))
+		other := b.Mul(b.Mul("x", b.Add(b.Erf(b.Div("x", c(1.7))), c(1))), c(-0.4))
+		unscaled := b.Mul("x", b.Add(c(1), b.Erf(b.Div("x", c(1.4142135623730951)))))
+		erf := b.Erf(b.Div("x", c(1.4142135623730951)))
+		shared := b.Add(b.Mul(b.Mul("x", c(0.5)), b.Add(erf, c(1))), erf)
+		g.Outputs = []string{builder, torchForm, other, unscaled, shared}
+		if b.Err != nil {
+			t.Fatal(b.Err)
+		}
+		return g
+	}
+	r := rand.New(rand.NewPCG(4, 5))
+	feed := map[string]*ort.Value{"x": tensor(t, ort.Float32, []int64{4, 16}, fill(r, normal, 64))}
+	t.Cleanup(feed["x"].Close)
+	g := build()
+	want := runOutputs(t, g, feed)
+	if n := autodiff.FuseGelus(g, func(*graph.Node) bool { return true }); n != 2 {
+		t.Errorf("fused %d chains, want 2 (the builder's and torch.onnx's)", n)
+	}
+	if gelus, erfs := g.CountOp("Gelu"), g.CountOp("Erf"); gelus != 2 || erfs != 3 {
+		t.Errorf("%d Gelu and %d Erf nodes after, want 2 and 3", gelus, erfs)
+	}
+	sameOutputs(t, []string{"builder's", "torch.onnx's", "other constants", "unscaled", "shared erf"}, runOutputs(t, g, feed), want, 1e-6)
+
+	g = build()
+	if n := autodiff.FuseGelus(g, func(*graph.Node) bool { return false }); n != 0 || g.CountOp("Gelu") != 0 {
+		t.Errorf("fused %d chains with no kernel", n)
+	}
+	if _, ok := g.Domains[graph.MSDomain]; ok {
+		t.Error("the graph imports com.microsoft with nothing of it")
 	}
 }

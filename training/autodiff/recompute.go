@@ -32,7 +32,7 @@ var RecomputePolicies = []string{RecomputeCheap, RecomputeNone, RecomputeBlocks}
 // would sit beside.
 var cheap = map[string]bool{
 	"Relu": true, "Sigmoid": true, "Tanh": true, "Exp": true, "Log": true, "Sqrt": true, "Neg": true, "Abs": true,
-	"Reciprocal": true, "Erf": true, "Softplus": true, "Sin": true, "Cos": true, "Cast": true, "Clip": true,
+	"Reciprocal": true, "Erf": true, "Gelu": true, "Softplus": true, "Sin": true, "Cos": true, "Cast": true, "Clip": true,
 	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Where": true, "Max": true, "Min": true,
 	"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true, "Identity": true, "Transpose": true, "Expand": true,
 	"InstanceNormalization": true, "LayerNormalization": true, "Softmax": true, graph.BatchNormTrainingOp: true,

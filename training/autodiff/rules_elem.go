@@ -8,22 +8,21 @@ import (
 )
 
 // geluGrad differentiates GELU (opset 20) in both forms: exact,
-// Φ(x) + x·φ(x); tanh, with t = tanh(k(x + 0.044715x³)) and k = √(2/π),
+// Φ(x) + x·φ(x), in geluChainGrad's seven passes after u and A; tanh, with t = tanh(k(x + 0.044715x³)) and k = √(2/π),
 // 0.5(1+t) + 0.5x(1-t²)k(1 + 3·0.044715x²).
 func geluGrad(b *B, n *N, dy string) string {
 	xv := x(n)
 	c := func(v float64) string { return b.ScalarLike(dy, v) }
-	x2 := b.Mul(xv, xv)
 	if n.String("approximate", "none") == "tanh" {
-		k := math.Sqrt(2 / math.Pi)
+		k, x2 := math.Sqrt(2/math.Pi), b.Mul(xv, xv)
 		t := b.Tanh(b.Mul(c(k), b.Mul(xv, b.Add(c(1), b.Mul(c(0.044715), x2)))))
 		left := b.Mul(c(0.5), b.Add(c(1), t))
 		right := b.Mul(b.Mul(c(0.5*k), xv), b.Mul(b.Sub(c(1), b.Mul(t, t)), b.Add(c(1), b.Mul(c(3*0.044715), x2))))
 		return b.Mul(dy, b.Add(left, right))
 	}
-	cdf := b.Mul(c(0.5), b.Add(c(1), b.Erf(b.Mul(xv, c(1/math.Sqrt2)))))
-	pdf := b.Mul(c(1/math.Sqrt(2*math.Pi)), b.Exp(b.Mul(c(-0.5), x2)))
-	return b.Mul(dy, b.Add(cdf, b.Mul(xv, pdf)))
+	// As the elementary chain's: u = x/√2, A = 1 + erf(u), h = ½.
+	u := b.Mul(xv, c(1/math.Sqrt2))
+	return geluChainGrad(b, geluChain{x: xv, u: u, a: b.Add(c(1), b.Erf(u)), h: 0.5, k: 1 / math.Sqrt2}, dy)
 }
 
 // whereGrad routes dY to the branch the condition picked; attention masks

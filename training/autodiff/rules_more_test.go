@@ -68,6 +68,13 @@ var moreCases = []fdCase{
 	}},
 	{name: "Gelu/none", dtype: f32, opset: 20, ins: ins(normal, s(2, 5)), build: op("Gelu")},
 	{name: "Gelu/tanh", dtype: f32, opset: 20, ins: ins(normal, s(2, 5)), build: op("Gelu", graph.AString("approximate", "tanh"))},
+	// ONNX Runtime's own, which autodiff.FuseGelus writes at opset 17.
+	{name: "Gelu/com.microsoft", dtype: f32, ins: ins(normal, s(3, 5)), build: func(b *graph.Builder, x []string) string {
+		b.G.Domains[graph.MSDomain] = 1
+		y := b.G.Fresh("gelu_out")
+		b.G.AddNode(&graph.Node{Op: "Gelu", Domain: graph.MSDomain, Name: b.G.Fresh("gelu"), Inputs: []string{x[0]}, Outputs: []string{y}})
+		return y
+	}},
 	{name: "Softplus", dtype: f32, ins: ins(normal, s(2, 3)), build: op("Softplus")},
 	{name: "Sin", dtype: f64, ins: ins(normal, s(2, 3)), build: op("Sin")},
 	{name: "Cos", dtype: f64, ins: ins(normal, s(2, 3)), build: op("Cos")},

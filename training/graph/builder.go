@@ -47,7 +47,7 @@ func (b *Builder) OpN(op string, inputs []string, n int, attrs ...*onnxpb.Attrib
 	}
 	domain := ""
 	if op == "FusedMatMul" {
-		domain = "com.microsoft"
+		domain = MSDomain
 		b.G.Domains[domain] = 1
 	}
 	b.G.AddNode(&Node{Op: op, Domain: domain, Name: b.G.Fresh(b.Prefix + op), Inputs: inputs, Outputs: outs, Attrs: attrs})

@@ -30,6 +30,9 @@ import (
 	"github.com/ortrain/ortrain/ort/onnxpb"
 )
 
+// MSDomain is the domain of ONNX Runtime's contrib ops (FusedMatMul, Gelu).
+const MSDomain = "com.microsoft"
+
 // Opset bounds: the ai.onnx versions ortrain reads, and the lowest it writes.
 const (
 	MinOpset  = 13 // ReduceSum's axes became an input here

@@ -94,7 +94,8 @@ var outputsInputType = map[string]bool{"BatchNormalization": true, graph.BatchNo
 // ClassOf returns n's class.
 func ClassOf(n *graph.Node) Class {
 	switch {
-	case n.Domain == graph.StopGradientDomain && n.Op == graph.StopGradientOp:
+	case n.Domain == graph.StopGradientDomain && n.Op == graph.StopGradientOp,
+		n.Domain == graph.MSDomain && n.Op == "Gelu": // autodiff.FuseGelus's, element-wise as the chain it replaced
 		return Follow
 	case n.Domain != "":
 		return FP32
