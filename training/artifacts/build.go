@@ -127,6 +127,15 @@ func Build(opts Options) (*Manifest, error) {
 		return nil, &Error{fmt.Sprintf("%s: %s: %q is not an ONNX operator (no opset of ai.onnx has it), which ONNX Runtime cannot run: export it as ONNX ops, or give a custom op its domain", model, n.Describe(), n.Op)}
 	}
 	g.Opset = max(g.Opset, graph.EmitOpset)
+	// A model exported at a newer opset is written at the CUDA provider's
+	// for a CUDA run, where it means the same there; otherwise the session
+	// names the nodes that would run on the CPU.
+	var opsetNote string
+	if opts.CUDA && g.Opset > graph.CUDAOpset {
+		if err := g.Downgrade(graph.CUDAOpset); err != nil {
+			opsetNote = fmt.Sprintf("kept at opset %d, not the CUDA provider's %d (%v): a CUDA session names the nodes it would run on the CPU", g.Opset, graph.CUDAOpset, err)
+		}
+	}
 	if err := fixShapes(g, opts.InputShapes); err != nil {
 		return nil, err
 	}
@@ -182,6 +191,9 @@ func Build(opts Options) (*Manifest, error) {
 		Loss:  loss.Name, LossSpec: spec, Outputs: slices.Clone(g.Outputs),
 		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"},
 		Recompute: opts.Recompute, ConfigHash: opts.ConfigHash}
+	if opsetNote != "" {
+		m.Notes = append(m.Notes, opsetNote)
+	}
 	exportFrozen, err := frozenByExport(g, opts.Model)
 	if err != nil {
 		return nil, err

@@ -4,11 +4,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/training/artifacts"
 	"github.com/ortrain/ortrain/training/autodiff"
+	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/optim"
 )
 
@@ -59,6 +61,42 @@ func TestCUDAFormsTrainAsCPUForms(t *testing.T) {
 		}
 		if worst > 1e-4 {
 			t.Errorf("%s after 3 steps: CUDA forms differ by %g (relative)", name, worst)
+		}
+	}
+}
+
+// TestCUDABuildAtCUDAOpset: a model exported at opset 20 is written at
+// the CUDA provider's opset (graph.CUDAOpset) for a CUDA run and left at
+// 20 for the CPU; one with a node opset 18 lacks (a tanh Gelu) stays at
+// 20 with a note saying why.
+func TestCUDABuildAtCUDAOpset(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cuda      bool
+		tanh      bool
+		opset     int64
+		withNotes bool
+	}{{"cuda", true, false, graph.CUDAOpset, false}, {"cpu", false, false, 20, false}, {"cuda with a tanh Gelu", true, true, 20, true}} {
+		g := mlp(rand.New(rand.NewPCG(1, 2)))
+		g.Opset = 20
+		if tc.tanh {
+			n := g.Producers()["logits"]
+			b := graph.NewBuilder(g, "")
+			n.Inputs[0] = b.Op("Gelu", []string{n.Inputs[0]}, graph.AString("approximate", "tanh"))
+			if err := g.Sort(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := artifacts.Build(artifacts.Options{Graph: g, Out: filepath.Join(t.TempDir(), "a"), Loss: "cross_entropy", CUDA: tc.cuda})
+		if err != nil {
+			t.Fatal(err)
+		}
+		noted := false
+		for _, n := range m.Notes {
+			noted = noted || strings.Contains(n, "opset 20")
+		}
+		if m.Opset != tc.opset || noted != tc.withNotes {
+			t.Errorf("%s: opset %d, want %d; notes %q", tc.name, m.Opset, tc.opset, m.Notes)
 		}
 	}
 }
