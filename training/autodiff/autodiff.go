@@ -169,6 +169,12 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 		grads[loss] = []string{b.Const(one)}
 	}
+	// add records a contribution d to v's gradient, which has v's shape
+	// (graph.SameShape: later rewrites may rely on it where no op shows it).
+	add := func(v, d string) {
+		grads[v] = append(grads[v], d)
+		g.SameShape(d, v)
+	}
 	total := func(v string) string {
 		gs := grads[v]
 		if len(gs) == 0 {
@@ -176,6 +182,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 		s := b.Sum(gs...)
 		grads[v] = []string{s} // fan-out summed once
+		g.SameShape(s, v)
 		return s
 	}
 	prod := g.Producers()
@@ -197,13 +204,13 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 		if c, ok := normPattern(g, n, prod, readers, outputs, active); ok {
 			if active[c.x] && reach[c.x] {
-				grads[c.x] = append(grads[c.x], normChainGrad(b, n, c, dy[0]))
+				add(c.x, normChainGrad(b, n, c, dy[0]))
 			}
 			continue
 		}
 		if c, ok := geluPattern(g, n, prod, readers, outputs); ok {
 			if active[c.x] && reach[c.x] {
-				grads[c.x] = append(grads[c.x], geluChainGrad(b, c, dy[0]))
+				add(c.x, geluChainGrad(b, c, dy[0]))
 			}
 			continue
 		}
@@ -214,14 +221,14 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		if need[0] {
 			if ls, d := logSoftmaxGatherGrad(b, g, n, prod, readers, outputs, dy[0]); d != "" {
 				if active[x(ls)] && reach[x(ls)] {
-					grads[x(ls)] = append(grads[x(ls)], d)
+					add(x(ls), d)
 				}
 				continue
 			}
 		}
 		if n.Op == "Softmax" && need[0] && dy[0] != "" {
 			if sp, ok := softmaxIntoProduct(g, n, consumers, readers, outputs, total); ok {
-				grads[x(n)] = append(grads[x(n)], b.Mul(y(n), sp.shiftedGrad(b, g, y(n), dy[0])))
+				add(x(n), b.Mul(y(n), sp.shiftedGrad(b, g, y(n), dy[0])))
 				continue
 			}
 		}
@@ -231,7 +238,7 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 		}
 		for i, d := range dx {
 			if i < len(need) && need[i] && d != "" {
-				grads[n.Inputs[i]] = append(grads[n.Inputs[i]], d)
+				add(n.Inputs[i], d)
 			}
 		}
 	}

@@ -87,6 +87,20 @@ var sameDimOps = func() map[string]bool {
 var reduceOps = map[string]bool{"ReduceSum": true, "ReduceMean": true, "ReduceSumSquare": true, "ReduceMax": true,
 	"ReduceMin": true, "ReduceProd": true, "ReduceL1": true, "ReduceL2": true, "ReduceLogSum": true, "ReduceLogSumExp": true}
 
+// SameShape records that v has the shape of like, an earlier value: a
+// gradient has its value's, which no op between them may show (a chunked
+// loss's rows reshaped back), and TraceDims then traces v's unknown
+// sizes to like's.
+func (g *Graph) SameShape(v, like string) {
+	if v == like || g.Infos[v].Rank() != g.Infos[like].Rank() || !slices.Contains(g.Infos[v].Shape, -1) {
+		return
+	}
+	if g.shapeLike == nil {
+		g.shapeLike = map[string]string{}
+	}
+	g.shapeLike[v] = like
+}
+
 // TraceDims records, for every node in order, which earlier dimension each
 // of its output's unknown sizes equals (as FoldShapes does for the graph
 // it folds), so that SameDim can match sizes in a graph built after.
@@ -177,6 +191,13 @@ func (g *Graph) traceDims(n *Node) {
 						from(a, n.Input(0), slices.Index(xi.Shape, -1))
 					}
 				}
+			}
+		}
+	}
+	if like, ok := g.shapeLike[out]; ok {
+		for a, d := range g.Infos[like].Shape {
+			if d < 0 && oi.Shape[a] < 0 {
+				roots[a] = g.root(like, a)
 			}
 		}
 	}

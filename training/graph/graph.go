@@ -212,6 +212,9 @@ type Graph struct {
 	// broadcast from inputs of different roots, those roots (dimroots.go)
 	dimUnions map[dimRef][]dimRef
 	dimSyms   []dimRef // the dimensions partial values' symbols stand for
+	// shapeLike holds values known to have an earlier value's shape (a
+	// gradient, its value's: SameShape), which TraceDims follows
+	shapeLike map[string]string
 }
 
 // New returns an empty graph at the given opset.
@@ -482,6 +485,9 @@ func (g *Graph) Clone() *Graph {
 	}
 	if g.dimRoots != nil {
 		c.dimRoots = maps.Clone(g.dimRoots)
+	}
+	if g.shapeLike != nil {
+		c.shapeLike = maps.Clone(g.shapeLike)
 	}
 	c.dimSyms = slices.Clone(g.dimSyms)
 	if g.shapeOf != nil {

@@ -258,3 +258,28 @@ func TestInferConcatSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestSameShapeTraces: a value reshaped to rows and back ([B, 4, 3] to
+// [B·4, 3] to [B, 4, 3], as a chunked loss's gradient comes back) has a
+// batch no op shows to be the input's, until SameShape says it has the
+// input's shape; TraceDims then traces its batch, and what follows from
+// it, to the input's.
+func TestSameShapeTraces(t *testing.T) {
+	g := New("t", EmitOpset)
+	g.AddInput("x", Info{DType: ort.Float32, Known: true, Shape: []int64{-1, 4, 3}})
+	b := NewBuilder(g, "")
+	back := b.Reshape(b.Reshape("x", b.Ints(-1, 3)), b.Ints(-1, 4, 3))
+	scaled := b.Mul(back, b.ReduceMean("x", true, 2))
+	if b.Err != nil {
+		t.Fatal(b.Err)
+	}
+	g.TraceDims()
+	if g.SameDim(back, 0, "x", 0) {
+		t.Fatal("the batch traced through the rows without SameShape: the test shows nothing")
+	}
+	g.SameShape(back, "x")
+	g.TraceDims()
+	if !g.SameDim(back, 0, "x", 0) || !g.SameDim(scaled, 0, "x", 0) {
+		t.Errorf("after SameShape: %v, %v; want both batches the input's", g.SameDim(back, 0, "x", 0), g.SameDim(scaled, 0, "x", 0))
+	}
+}
