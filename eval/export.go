@@ -79,6 +79,7 @@ func ExportCheckpoint(o ExportOptions) (*ExportResult, error) {
 		}
 		g.Outputs = outs
 		g.DisableDropout() // eval graphs built before ortrain did this themselves
+		g.StandardGelus()  // a file for any runtime, not ONNX Runtime's contrib op
 	} else {
 		if lc.cfg.Model.Recipe == "" {
 			return nil, &InputError{Err: fmt.Errorf("--part %s: parts are a built-in recipe's; this run trains the ONNX model in model.artifacts", o.Part)}

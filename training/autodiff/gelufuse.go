@@ -112,10 +112,10 @@ func (c geluChain) exact() bool {
 // pass then makes one element-wise pass over the MLP's widest activation
 // where it made four. ONNX Runtime's own GeluFusion does not: it takes
 // neither bfloat16 nor the chain once graph.SinkScales has moved its ½
-// onto the next weight, so this runs before SinkScales. The ai.onnx Gelu
-// (opset 20) is not used: at opset 20 ONNX Runtime's CUDA provider has
-// no kernel for Equal (19) or ConstantOfShape (20), which the graphs use.
-// The gradient is the chain's (geluGrad). It returns the number fused.
+// onto the next weight, so this runs before SinkScales. Not the ai.onnx
+// Gelu: it needs opset 20, which a CUDA build does not write
+// (graph.CUDAOpset). The gradient is the chain's (geluGrad). It returns
+// the number fused.
 func FuseGelus(g *graph.Graph, can func(n *graph.Node) bool) int {
 	prod := g.Producers()
 	readers, outputs := readerCounts(g)

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ortrain/ortrain/dtype"
 )
@@ -118,4 +119,37 @@ func (g *Graph) newerThan(n *Node, to int64) string {
 		}
 	}
 	return ""
+}
+
+// StandardGelus writes each ONNX Runtime Gelu (com.microsoft, which
+// autodiff.FuseGelus puts in training graphs) in standard ONNX: the Gelu
+// op where the graph's opset has it (20), else the elementary ops PyTorch
+// exports, for a file other runtimes read. It returns the number
+// rewritten.
+func (g *Graph) StandardGelus() int {
+	var out []*Node
+	rewritten := 0
+	for _, n := range g.Nodes {
+		if n.Domain != MSDomain || n.Op != "Gelu" {
+			out = append(out, n)
+			continue
+		}
+		rewritten++
+		if g.Opset >= 20 {
+			n.Domain = ""
+			out = append(out, n)
+			continue
+		}
+		b := NewBuilder(g, n.Name+"/")
+		mark := len(g.Nodes)
+		b.Gelu(n.Input(0))
+		chain := g.Nodes[mark:]
+		chain[len(chain)-1].Outputs[0] = n.Outputs[0] // the last product writes the Gelu's output
+		out = append(out, chain...)
+	}
+	g.Nodes = out
+	if !slices.ContainsFunc(g.Nodes, func(n *Node) bool { return n.Domain == MSDomain }) {
+		delete(g.Domains, MSDomain)
+	}
+	return rewritten
 }

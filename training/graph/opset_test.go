@@ -2,6 +2,7 @@ package graph
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +94,45 @@ func TestDowngrade(t *testing.T) {
 		}
 		if g.Opset != 20 || len(g.Nodes) != nodes || g.Nodes[0].Domain != "" {
 			t.Errorf("%s: the refused graph changed (opset %d)", tc.name, g.Opset)
+		}
+	}
+}
+
+// TestStandardGelus: ONNX Runtime's Gelu is written as the elementary
+// chain at opset 17 and as ONNX's Gelu at 20, the same values on the CPU
+// provider, and the graph no longer imports com.microsoft.
+func TestStandardGelus(t *testing.T) {
+	orttest.Init(t)
+	x := make([]float32, 12)
+	for i := range x {
+		x[i] = float32(i)/3 - 2
+	}
+	feed, err := ort.NewTensor([]int64{3, 4}, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feed.Close()
+	for _, opset := range []int64{17, 20} {
+		g := New("t", opset)
+		g.Domains[MSDomain] = 1
+		g.AddInput("x", Info{DType: dtype.Float32, Known: true, Shape: []int64{3, 4}})
+		g.AddNode(&Node{Op: "Gelu", Domain: MSDomain, Name: "gelu", Inputs: []string{"x"}, Outputs: []string{"y"}})
+		g.Outputs = []string{"y"}
+		want := orttest.RunFloat32(t, g, map[string]*ort.Value{"x": feed}, "y")[0]
+		if n := g.StandardGelus(); n != 1 {
+			t.Fatalf("opset %d: rewrote %d, want 1", opset, n)
+		}
+		if _, ok := g.Domains[MSDomain]; ok || slices.ContainsFunc(g.Nodes, func(n *Node) bool { return n.Domain != "" }) {
+			t.Errorf("opset %d: com.microsoft left in the graph", opset)
+		}
+		if gelus := g.CountOp("Gelu"); (gelus == 1) != (opset >= 20) {
+			t.Errorf("opset %d: %d Gelu nodes", opset, gelus)
+		}
+		got := orttest.RunFloat32(t, g, map[string]*ort.Value{"x": feed}, "y")[0]
+		for i := range want {
+			if math.Abs(float64(got[i]-want[i])) > 1e-6*(1+math.Abs(float64(want[i]))) {
+				t.Errorf("opset %d: y[%d] %g, want %g", opset, i, got[i], want[i])
+			}
 		}
 	}
 }
