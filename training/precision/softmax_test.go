@@ -105,8 +105,9 @@ func TestLowSoftmaxesSharedReader(t *testing.T) {
 // softmaxGradGraph is a softmax's gradient as a build for a device with
 // the low Softmax writes it: P and dP float32 copies of low values, r
 // their rows' sums in float32, P ⊙ (dP - r) cast to low for the product
-// after it. dpFloat computes dP in float32 instead.
-func softmaxGradGraph(low dtype.DType, dpFloat bool) *graph.Graph {
+// after it. dpFloat computes dP in float32 instead; shifted has dP - r
+// come from the product as "dp" (autodiff's attention form), no Sub.
+func softmaxGradGraph(low dtype.DType, dpFloat, shifted bool) *graph.Graph {
 	g := graph.New("t", graph.EmitOpset)
 	g.AddInput("s", graph.Info{DType: low, Known: true, Shape: []int64{2, 3, 4, 4}})
 	g.AddInput("dp", graph.Info{DType: low, Known: true, Shape: []int64{2, 3, 4, 4}})
@@ -117,7 +118,10 @@ func softmaxGradGraph(low dtype.DType, dpFloat bool) *graph.Graph {
 	if dpFloat {
 		dp = b.Relu(dp)
 	}
-	ds := b.Mul(b.Cast(p, dtype.Float32), b.Sub(dp, "r"))
+	if !shifted {
+		dp = b.Sub(dp, "r")
+	}
+	ds := b.Mul(b.Cast(p, dtype.Float32), dp)
 	g.Outputs = []string{b.MatMul(b.Cast(ds, low), "s")}
 	return g
 }
@@ -136,7 +140,7 @@ func TestLowSoftmaxGrads(t *testing.T) {
 		k       Kernels
 		want    int
 	}{{"bfloat16", false, all, 1}, {"no Sub kernel", false, noSub, 0}, {"float32 dP", true, all, 0}} {
-		g := softmaxGradGraph(dtype.BFloat16, tc.dpFloat)
+		g := softmaxGradGraph(dtype.BFloat16, tc.dpFloat, false)
 		if n := LowSoftmaxGrads(g, dtype.BFloat16, tc.k); n != tc.want {
 			t.Errorf("%s: rewrote %d, want %d", tc.name, n, tc.want)
 			continue
@@ -213,22 +217,8 @@ func TestSoftmaxGradTo(t *testing.T) {
 // value of its own there is left alone. SoftmaxGradTo sees the same in a
 // graph built emulated, the product rounded by a Cast pair.
 func TestLowSoftmaxGradsShifted(t *testing.T) {
-	build := func(own bool) (*graph.Graph, *graph.Node) {
-		g := graph.New("t", graph.EmitOpset)
-		g.AddInput("s", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 3, 4, 4}})
-		g.AddInput("shifted", graph.Info{DType: dtype.BFloat16, Known: true, Shape: []int64{2, 3, 4, 4}})
-		b := graph.NewBuilder(g, "")
-		p := b.Op("Softmax", []string{"s"}, graph.AInt("axis", -1))
-		d := b.Cast("shifted", dtype.Float32)
-		if own {
-			d = b.Relu(d)
-		}
-		mul := b.Mul(b.Cast(p, dtype.Float32), d)
-		g.Outputs = []string{b.MatMul(b.Cast(mul, dtype.BFloat16), "s")}
-		return g, g.Producers()[mul]
-	}
 	all := func(*graph.Node, dtype.DType) bool { return true }
-	g, _ := build(false)
+	g := softmaxGradGraph(dtype.BFloat16, false, true)
 	if n := LowSoftmaxGrads(g, dtype.BFloat16, all); n != 1 {
 		t.Fatalf("rewrote %d, want 1", n)
 	}
@@ -242,10 +232,10 @@ func TestLowSoftmaxGradsShifted(t *testing.T) {
 			t.Errorf("a Sub was written: %s", n.Describe())
 		}
 	}
-	if mul == nil || g.Info(mul.Output(0)).DType != dtype.BFloat16 || mul.Input(1) != "shifted" || g.Info(mul.Input(0)).DType != dtype.BFloat16 {
+	if mul == nil || g.Info(mul.Output(0)).DType != dtype.BFloat16 || mul.Input(1) != "dp" || g.Info(mul.Input(0)).DType != dtype.BFloat16 {
 		t.Errorf("not rewired: %v", mul.Describe())
 	}
-	if g, _ := build(true); LowSoftmaxGrads(g, dtype.BFloat16, all) != 0 {
+	if g := softmaxGradGraph(dtype.BFloat16, true, true); LowSoftmaxGrads(g, dtype.BFloat16, all) != 0 {
 		t.Error("rewrote a product with a float32 value of its own")
 	}
 
