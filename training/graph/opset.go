@@ -93,7 +93,7 @@ func (g *Graph) newerThan(n *Node, to int64) string {
 		}
 	}
 	switch {
-	case n.Op == "DFT" && to < 20:
+	case n.Op == "DFT" && g.Opset >= 20 && to < 20:
 		return "takes its length and axis as inputs (opset 20)"
 	case n.Op == "GroupNormalization" && g.Opset >= 21 && to < 21:
 		return "scales each channel (opset 21), not each group"
