@@ -130,10 +130,10 @@ func Build(opts Options) (*Manifest, error) {
 	// A model exported at a newer opset is written at the CUDA provider's
 	// for a CUDA run, where it means the same there; otherwise the session
 	// names the nodes that would run on the CPU.
-	var opsetNote string
+	var opsetWarning string
 	if opts.CUDA && g.Opset > graph.CUDAOpset {
 		if err := g.Downgrade(graph.CUDAOpset); err != nil {
-			opsetNote = fmt.Sprintf("kept at opset %d, not the CUDA provider's %d (%v): a CUDA session names the nodes it would run on the CPU", g.Opset, graph.CUDAOpset, err)
+			opsetWarning = fmt.Sprintf("kept at opset %d, not the CUDA provider's %d (%v): a CUDA session names the nodes it would run on the CPU", g.Opset, graph.CUDAOpset, err)
 		}
 	}
 	if err := fixShapes(g, opts.InputShapes); err != nil {
@@ -191,9 +191,6 @@ func Build(opts Options) (*Manifest, error) {
 		Loss:  loss.Name, LossSpec: spec, Outputs: slices.Clone(g.Outputs),
 		Precision: Precision{Compute: "float32", Master: "float32"}, Parallel: Parallel{GradientReduce: "none"},
 		Recompute: opts.Recompute, ConfigHash: opts.ConfigHash}
-	if opsetNote != "" {
-		m.Notes = append(m.Notes, opsetNote)
-	}
 	exportFrozen, err := frozenByExport(g, opts.Model)
 	if err != nil {
 		return nil, err
@@ -234,6 +231,9 @@ func Build(opts Options) (*Manifest, error) {
 	}
 	if m.Warnings, err = checkTrained(g, trainees, model); err != nil {
 		return nil, err
+	}
+	if opsetWarning != "" {
+		m.Warnings = append(m.Warnings, opsetWarning)
 	}
 	for _, in := range g.Inputs {
 		if in == graph.GlobalStepInput {

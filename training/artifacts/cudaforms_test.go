@@ -68,14 +68,14 @@ func TestCUDAFormsTrainAsCPUForms(t *testing.T) {
 // TestCUDABuildAtCUDAOpset: a model exported at opset 20 is written at
 // the CUDA provider's opset (graph.CUDAOpset) for a CUDA run and left at
 // 20 for the CPU; one with a node opset 18 lacks (a tanh Gelu) stays at
-// 20 with a note saying why.
+// 20 with a warning saying why (which artifacts build and train print).
 func TestCUDABuildAtCUDAOpset(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		cuda      bool
-		tanh      bool
-		opset     int64
-		withNotes bool
+		name   string
+		cuda   bool
+		tanh   bool
+		opset  int64
+		warned bool
 	}{{"cuda", true, false, graph.CUDAOpset, false}, {"cpu", false, false, 20, false}, {"cuda with a tanh Gelu", true, true, 20, true}} {
 		g := mlp(rand.New(rand.NewPCG(1, 2)))
 		g.Opset = 20
@@ -91,12 +91,12 @@ func TestCUDABuildAtCUDAOpset(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		noted := false
-		for _, n := range m.Notes {
-			noted = noted || strings.Contains(n, "opset 20")
+		warned := false
+		for _, w := range m.Warnings {
+			warned = warned || strings.Contains(w, "opset 20")
 		}
-		if m.Opset != tc.opset || noted != tc.withNotes {
-			t.Errorf("%s: opset %d, want %d; notes %q", tc.name, m.Opset, tc.opset, m.Notes)
+		if m.Opset != tc.opset || warned != tc.warned {
+			t.Errorf("%s: opset %d, want %d; warnings %q", tc.name, m.Opset, tc.opset, m.Warnings)
 		}
 	}
 }
