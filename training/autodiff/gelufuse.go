@@ -125,7 +125,7 @@ func FuseGelus(g *graph.Graph, can func(n *graph.Node) bool) int {
 	g.Domains[graph.MSDomain] = 1 // for can, which may build a session of the node
 	for _, n := range g.Nodes {
 		c, ok := geluPattern(g, n, prod, readers, outputs)
-		if !ok || !c.exact() || drop[n] || !g.Info(c.x).Float() {
+		if !ok || !c.exact() || !g.Info(c.x).Float() {
 			continue
 		}
 		gelu := &graph.Node{Op: "Gelu", Domain: graph.MSDomain, Name: n.Name, Inputs: []string{c.x}, Outputs: n.Outputs}
