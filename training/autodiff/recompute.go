@@ -38,6 +38,13 @@ var cheap = map[string]bool{
 	"InstanceNormalization": true, "LayerNormalization": true, "Softmax": true, graph.BatchNormTrainingOp: true,
 }
 
+// cheapDomain reports whether p's op, cheap by name, is the one of that
+// name: an ai.onnx op, ortrain's training BatchNorm, or ONNX Runtime's
+// Gelu (autodiff.FuseGelus's, recomputed as the chain it replaced was).
+func cheapDomain(p *graph.Node) bool {
+	return p.Domain == "" || p.Op == graph.BatchNormTrainingOp || p.Domain == graph.MSDomain && p.Op == "Gelu"
+}
+
 // recomputeDepth bounds how many cheap ops deep one recomputation goes.
 const recomputeDepth = 4
 
@@ -147,7 +154,7 @@ func (r *recomputation) chooseCheap(keep, data map[string]bool) {
 	var recomputable func(v string, depth int) bool
 	recomputable = func(v string, depth int) bool {
 		p := r.prod[v]
-		if depth == 0 || p == nil || !cheap[p.Op] || len(p.Outputs) != 1 || p.Domain != "" && p.Op != graph.BatchNormTrainingOp {
+		if depth == 0 || p == nil || !cheap[p.Op] || len(p.Outputs) != 1 || !cheapDomain(p) {
 			return false
 		}
 		for _, in := range p.Inputs {
