@@ -102,11 +102,12 @@ func (c count) scalar(b *B, key string, f func(m float64) float64, op func(m, ou
 	return shared(b, key+"("+strings.TrimPrefix(c.v, sharedPrefix)+")", func(out string) { op(c.v, out) })
 }
 
-// negInverse is -1/M.
-func (c count) negInverse(b *B) string {
-	return c.scalar(b, "negInverse", func(m float64) float64 { return -1 / m }, func(m, out string) {
-		b.OpInto(out, "Div", []string{b.Scalar(c.dt, -1), m})
-	})
+// value is M itself.
+func (c count) value(b *B) string {
+	if c.v == "" {
+		return b.Scalar(c.dt, c.n)
+	}
+	return c.v
 }
 
 // unbiasedMomentum is M/(M-1)·(1-momentum), the factor the running
@@ -186,15 +187,18 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 //
 //	dβ = Σg,  dγ = Σ g·x̂,  dX = γ/√(σ²+ε) · (g - x̂·dγ/M - dβ/M)
 //
-// x̂, w = -(x̂·dγ + dβ)/M and dX = γ/√(σ²+ε)·(g + w) are each one
-// BatchNormalization node (x̂'s with scale 1; w's with scale -dγ/M and
-// bias -dβ/M; dX's over g + w with mean 0), so the backward keeps only X
-// and the per-channel statistics from the forward and reshapes nothing.
-// Where the forward ran its BatchNorm in a low type, w, g + w and dX are
+// The backward takes the per-channel means dγ/M and dβ/M (one reduction
+// each, read by w and by dγ = M·(dγ/M), dβ = M·(dβ/M), which write the
+// gradient outputs themselves: no Identity after them, no scaling by -1/M
+// before w). x̂, w = x̂·dγ/M + dβ/M and dX = γ/√(σ²+ε)·(g - w) are each one
+// BatchNormalization node (x̂'s with scale 1; w's with scale dγ/M and bias
+// dβ/M; dX's over g - w with mean 0), so the backward keeps only X and
+// the per-channel statistics from the forward and reshapes nothing.
+// Where the forward ran its BatchNorm in a low type, w, g - w and dX are
 // element-wise in what X and g are on the device, and
 // precision.LowBatchNorms runs all three there: only the reductions
 // need the float32 copies, and in CUDA builds over long enough rows not
-// those either (batchNormRowSums).
+// those either (batchNormRowMeans).
 func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	dx := make([]string, len(n.Inputs))
 	g := dy[0]
@@ -203,36 +207,36 @@ func batchNormTrainingGrad(b *B, n *N, dy []string, need []bool) []string {
 	}
 	bc := append([]int64{0}, spatialAxes(b.Info(x(n)).Rank())...)
 	scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]
-	sumG, sumGX := batchNormRowSums(b, n, g, need)
-	if (need[0] || need[2]) && sumG == "" {
-		sumG = b.ReduceSum(g, false, bc...)
+	meanG, meanGX := batchNormRowMeans(b, n, g, need)
+	if (need[0] || need[2]) && meanG == "" {
+		meanG = b.ReduceMean(g, false, bc...)
 	}
-	if (need[0] || need[1]) && sumGX == "" {
+	if (need[0] || need[1]) && meanGX == "" {
 		xhat := affine(b, n, x(n), channelFill(b, scale, 1), channelFill(b, scale, 0), mean, v)
-		sumGX = b.ReduceSum(b.Mul(g, xhat), false, bc...)
+		meanGX = b.ReduceMean(b.Mul(g, xhat), false, bc...)
 	}
-	if need[2] {
-		dx[2] = sumG
-	}
-	if need[1] {
-		dx[1] = sumGX
+	if need[1] || need[2] {
+		m := elemsPerChannel(b, x(n), b.Info(g).DType, bc).value(b)
+		if need[2] {
+			dx[2] = b.Mul(meanG, m)
+		}
+		if need[1] {
+			dx[1] = b.Mul(meanGX, m)
+		}
 	}
 	if !need[0] {
 		return dx
 	}
-	neg := elemsPerChannel(b, x(n), b.Info(g).DType, bc).negInverse(b)
-	// w is x normalised with scale -dγ/M and bias -dβ/M, which take the
-	// flat sums (in the scale's type, should the gradient's differ).
-	perChannel := func(sum string) string {
-		u := b.Mul(sum, neg)
+	// w takes the means in the scale's type, should the gradient's differ.
+	perChannel := func(u string) string {
 		if dt := b.Info(scale).DType; b.Info(u).DType != dt {
 			u = b.Cast(u, dt)
 		}
 		return u
 	}
-	w := affine(b, n, x(n), perChannel(sumGX), perChannel(sumG), mean, v)
+	w := affine(b, n, x(n), perChannel(meanGX), perChannel(meanG), mean, v)
 	zero := channelFill(b, scale, 0)
-	dx[0] = affine(b, n, b.Add(g, w), scale, zero, channelFill(b, v, 0), v)
+	dx[0] = affine(b, n, b.Sub(g, w), scale, zero, channelFill(b, v, 0), v)
 	return dx
 }
 
@@ -318,50 +322,52 @@ func rowsFit(xi graph.Info) bool {
 }
 
 // rowSumScale is the power of two x̂ is divided by (exactly) before
-// batchNormRowSums multiplies it with g in float16: products stay below
+// batchNormRowMeans multiplies it with g in float16: products stay below
 // float16's largest value where a loss-scaled gradient comes near it, for
 // three bits less at the small end (float16 resolves down to 2⁻²⁴).
 const rowSumScale = 8
 
-// batchNormRowSums computes a training BatchNorm's dβ = Σg and
-// dγ = Σ g·x̂ per channel from each (sample, channel) row's mean, which
-// one LayerNormalization over the row gives in float32: Σ = S·Σₙ meanₙ
-// over rows of S positions. precision.LowRowStatistics has the
-// LayerNormalizations read the float16 values and takes g·x̂/8 in float16
-// (x̂/8 is a BatchNormalization with scale 1/8, exact in powers of two).
-// The sums over float32 copies moved 10 and 22 bytes an element (g's copy
-// and its reduction; x̂'s copy, the float32 product and its reduction),
-// these 4 and 10, at one more rounding of each product (a NumPy model of
-// both chains on float16 data: relative error in dγ 1.0–1.6× the float32
-// chain's, dβ's unchanged). Only where g and x are float32 copies of
-// float16 values (a float16 BatchNorm's, CUDA builds: Options.RowSums)
-// and x's rows fit rowNorm; "" otherwise. Over float32 values a
-// LayerNormalization moves twice the bytes of a reduction.
-func batchNormRowSums(b *B, n *N, g string, need []bool) (sumG, sumGX string) {
+// batchNormRowMeans computes a training BatchNorm's dβ/M = mean g and
+// dγ/M = mean g·x̂ per channel from each (sample, channel) row's mean,
+// which one LayerNormalization over the row gives in float32: the
+// channel's mean is the mean of its rows' (all of one size).
+// precision.LowRowStatistics has the LayerNormalizations read the float16
+// values and takes g·x̂/8 in float16 (x̂/8 is a BatchNormalization with
+// scale 1/8, exact in powers of two). The sums over float32 copies moved
+// 10 and 22 bytes an element (g's copy and its reduction; x̂'s copy, the
+// float32 product and its reduction), these 4 and 10, at one more
+// rounding of each product (a NumPy model of both chains on float16 data:
+// relative error in dγ 1.0–1.6× the float32 chain's, dβ's unchanged).
+// Only where g and x are float32 copies of float16 values (a float16
+// BatchNorm's, CUDA builds: Options.RowSums) and x's rows fit rowNorm; ""
+// otherwise. Over float32 values a LayerNormalization moves twice the
+// bytes of a reduction.
+func batchNormRowMeans(b *B, n *N, g string, need []bool) (meanG, meanGX string) {
 	xi := b.Info(x(n))
 	if !optionsFor(b).RowSums || !rowsFit(xi) || !float16Copy(b, g) || !float16Copy(b, x(n)) {
 		return "", ""
 	}
-	rows := float64(dtype.Numel(xi.Shape[2:]))
 	bc := append([]int64{0}, spatialAxes(xi.Rank())...)
-	sum := func(v string, factor float64) string {
+	rowMeans := func(v string) string {
 		stats := rowNorm(b, v)
 		if stats == nil { // the builder failed (b.Err says why)
 			return ""
 		}
-		// The means are [N, C, 1...]: a sum over the batch, which the
+		// The means are [N, C, 1...]: a mean over the batch, which the
 		// CUDA provider's own kernel runs (the axes of size 1 set aside).
-		return b.Mul(b.ReduceSum(stats[1], false, bc...), b.Scalar(dtype.Float32, factor*rows))
+		return b.ReduceMean(stats[1], false, bc...)
 	}
 	if need[0] || need[2] {
-		sumG = sum(g, 1)
+		meanG = rowMeans(g)
 	}
 	if need[0] || need[1] {
 		scale, mean, v := n.Inputs[1], n.Inputs[3], n.Inputs[4]
 		xhat := affine(b, n, x(n), channelFill(b, scale, 1.0/rowSumScale), channelFill(b, scale, 0), mean, v)
-		sumGX = sum(b.Mul(g, xhat), rowSumScale)
+		if m := rowMeans(b.Mul(g, xhat)); m != "" {
+			meanGX = b.Mul(m, b.Scalar(dtype.Float32, rowSumScale))
+		}
 	}
-	return sumG, sumGX
+	return meanG, meanGX
 }
 
 // float16Copy reports whether v is a float32 Cast of a float16 value.

@@ -339,6 +339,33 @@ func (g *Graph) Consumers() map[string][]*Node {
 	return c
 }
 
+// RenameLeaf gives name to the value old, which node n writes and no node
+// reads: its type and shape facts go with it.
+func (g *Graph) RenameLeaf(n *Node, old, name string) {
+	for i, o := range n.Outputs {
+		if o == old {
+			n.Outputs[i] = name
+		}
+	}
+	g.names[name] = true
+	if info, ok := g.Infos[old]; ok {
+		g.Infos[name] = info
+		delete(g.Infos, old)
+	}
+	if d, ok := g.Dims[old]; ok {
+		g.Dims[name] = d
+		delete(g.Dims, old)
+	}
+	if like, ok := g.shapeLike[old]; ok {
+		g.shapeLike[name] = like
+		delete(g.shapeLike, old)
+	}
+	if r, ok := g.dimRoots[old]; ok {
+		g.dimRoots[name] = r
+		delete(g.dimRoots, old)
+	}
+}
+
 // Sort orders the nodes topologically, keeping the existing order where it
 // already is one, and fails on a cycle or a value nothing produces (a
 // *SortError naming the nodes).

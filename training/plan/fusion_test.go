@@ -268,7 +268,7 @@ func TestBackwardOpsOnLowValuesRunLow(t *testing.T) {
 // TestBatchNormGradRunsLow: a BatchNorm backward's element-wise part as a
 // CPU build writes it (the gradient a float32 Relu computed over the
 // rounded input, as ortrain's CPU builds run Relu), replayed in float16:
-// w, g + w and dX are low values on the device, as precision.LowBatchNorms
+// w, g - w and dX are low values on the device, as precision.LowBatchNorms
 // builds them there, and the Cast after dX is no kernel; in bfloat16
 // (no such BatchNorm kernel) all stay float32.
 func TestBatchNormGradRunsLow(t *testing.T) {
@@ -285,8 +285,8 @@ func TestBatchNormGradRunsLow(t *testing.T) {
 		x32 := round("x")
 		g32 := b.Relu(x32)
 		w := b.Op("BatchNormalization", []string{x32, "s", "s", "mean", "var"})
-		sum := b.Add(g32, w)
-		dx := b.Op("BatchNormalization", []string{sum, "gamma", "zero", "zero", "var"})
+		diff := b.Sub(g32, w)
+		dx := b.Op("BatchNormalization", []string{diff, "gamma", "zero", "zero", "var"})
 		cast := b.Op("Cast", []string{dx}, graph.AInt("to", int64(low)))
 		if b.Err != nil {
 			t.Fatal(b.Err)
@@ -294,7 +294,7 @@ func TestBatchNormGradRunsLow(t *testing.T) {
 		g.Outputs = []string{b.Op("Cast", []string{cast}, graph.AInt("to", int64(dtype.Float32))), b.ReduceSum(b.Mul(g32, x32), false)}
 		lowVal, elide := lowTyping(g, map[string]bool{"x": true}, low)
 		want := low == dtype.Float16
-		for _, v := range []string{w, sum, dx} {
+		for _, v := range []string{w, diff, dx} {
 			if lowVal[v] != want {
 				t.Errorf("%v: %s typed low %v, want %v", low, v, lowVal[v], want)
 			}
@@ -350,7 +350,7 @@ func TestLowParamCasts(t *testing.T) {
 }
 
 // TestRowSumsRunLow: a BatchNorm backward's dβ and dγ as row means
-// (autodiff's batchNormRowSums), replayed from a graph built for a CPU,
+// (autodiff's batchNormRowMeans), replayed from a graph built for a CPU,
 // run as the 16-mixed device build has them: the LayerNormalization over
 // g and the one over g·x̂/8 read float16, the product and x̂/8 are
 // float16, and g's float32 copy is never made. In bf16-mixed the product

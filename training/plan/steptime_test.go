@@ -266,7 +266,7 @@ func TestLookupGPU(t *testing.T) {
 // 2,827 since the 25 layers over maps of 28² and up take their
 // statistics from a LayerNormalization (autodiff's rowStatistics: two
 // small nodes more each, 18 bytes an element less); 2,852 since their
-// backward's dβ and dγ come from row means too (batchNormRowSums: one
+// backward's dβ and dγ come from row means too (batchNormRowMeans: one
 // node more each, 18 bytes an element less).
 func TestResNet50Nodes(t *testing.T) {
 	dir := resnet50(t, false)

@@ -24,7 +24,7 @@ import (
 // layer that reads it (a layer and its recomputation share the copy).
 //
 // The backward's element-wise part of a training BatchNorm (autodiff's
-// w = BN(x, -dγ/M, -dβ/M), g + w and dX = BN(g + w, γ, 0, 0, σ²); see
+// w = BN(x, dγ/M, dβ/M), g - w and dX = BN(g - w, γ, 0, 0, σ²); see
 // LowBatchNormGrad) is given the low type the same way where g and x
 // are float32 copies of low values and dX goes on in the low type: three
 // passes that read and write the low type instead of float32 and need
@@ -46,8 +46,8 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 	}
 	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
 	type lowGrad struct {
-		w    *graph.Node
-		x, g string // the low values
+		w, diff *graph.Node
+		x, g    string // the low values
 	}
 	type match struct {
 		readers []*graph.Node
@@ -78,10 +78,10 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 		if m, ok := LowBatchNormGrad(g, producers, consumers, outputs, n); ok {
 			x, gr := lowSource(g, producers, m.X32, low), lowSource(g, producers, m.G32, low)
 			if x == "" || gr == "" || dtype.DType(m.Readers[0].Int("to", 0)) != low ||
-				!kernels(m.W, low) || !kernels(m.Add, low) || !kernels(n, low) {
+				!kernels(m.W, low) || !kernels(m.Diff, low) || !kernels(n, low) {
 				continue
 			}
-			found[n] = match{readers: m.Readers, grad: &lowGrad{m.W, x, gr}}
+			found[n] = match{readers: m.Readers, grad: &lowGrad{m.W, m.Diff, x, gr}}
 			perChannel(append(slices.Clone(m.W.Inputs[1:5]), n.Inputs[1:5]...))
 		} else {
 			x32, readers, ok := LowBatchNorm(g, producers, consumers, outputs, n)
@@ -192,13 +192,13 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 			rename[r.Outputs[0]] = out
 		}
 		if d := m.grad; d != nil {
-			// w, g + w and dX again, over the low values, in F's place
+			// w, g - w and dX again, over the low values, in F's place
 			// (everything they read is computed before it); the float32
 			// w and sum are left to Prune.
 			params := lowOf(append(slices.Clone(d.w.Inputs[1:5]), n.Inputs[1:5]...))
 			emit(func() {
 				w := b.Op("BatchNormalization", append([]string{d.x}, params[:4]...), d.w.Attrs...)
-				b.OpInto(out, "BatchNormalization", append([]string{b.Add(d.g, w)}, params[4:]...), n.Attrs...)
+				b.OpInto(out, "BatchNormalization", append([]string{b.Op(d.diff.Op, []string{d.g, w})}, params[4:]...), n.Attrs...)
 			})
 			drop[n] = true
 			continue
@@ -270,12 +270,12 @@ func LowBatchNorm(g *graph.Graph, producers map[string]*graph.Node, consumers ma
 }
 
 // BatchNormGrad is the element-wise part of a training BatchNorm's
-// backward as autodiff writes it: W = BN(X32, s, t, μ, σ²), Add = G32 + W's
-// output, F = BN(that sum, γ, 0, 0, σ²), F's output read only by Casts to
+// backward as autodiff writes it: W = BN(X32, s, t, μ, σ²), Diff = G32 - W's
+// output, F = BN(that difference, γ, 0, 0, σ²), F's output read only by Casts to
 // one type other than float32 (Readers). LowBatchNorms rewrites it where
 // X32 and G32 are Casts of X and G, values in that type.
 type BatchNormGrad struct {
-	W, Add   *graph.Node
+	W, Diff  *graph.Node
 	X32, G32 string
 	Readers  []*graph.Node
 }
@@ -295,15 +295,12 @@ func LowBatchNormGrad(g *graph.Graph, producers map[string]*graph.Node, consumer
 		}
 		return nil
 	}
-	m.Add = sole(f.Input(0), f)
-	if m.Add == nil || m.Add.Op != "Add" || m.Add.Domain != "" || len(m.Add.Inputs) != 2 {
+	m.Diff = sole(f.Input(0), f)
+	if m.Diff == nil || m.Diff.Op != "Sub" || m.Diff.Domain != "" || len(m.Diff.Inputs) != 2 {
 		return m, false
 	}
-	for i := range 2 {
-		if w := sole(m.Add.Input(i), m.Add); w != nil && inferenceBN(w) && w.Input(4) == f.Input(4) {
-			m.W, m.X32, m.G32 = w, w.Input(0), m.Add.Input(1-i)
-			break
-		}
+	if w := sole(m.Diff.Input(1), m.Diff); w != nil && inferenceBN(w) && w.Input(4) == f.Input(4) {
+		m.W, m.X32, m.G32 = w, w.Input(0), m.Diff.Input(0)
 	}
 	if m.W == nil {
 		return m, false
@@ -359,7 +356,7 @@ func IsCast(n *graph.Node, dt dtype.DType) bool {
 
 // LowRowStatistics gives the low type to the input of the
 // LayerNormalizations that compute BatchNorm statistics (autodiff's
-// rowStatistics and batchNormRowSums: only their float32 Mean and
+// rowStatistics and batchNormRowMeans: only their float32 Mean and
 // InvStdDev are read) where it is a float32 Cast of a low value and the
 // device has the kernel (ONNX Runtime's CUDA provider computes a float16
 // or bfloat16 input's statistics in float32 and writes them so): they read

@@ -98,7 +98,7 @@ func TestLowBatchNorms(t *testing.T) {
 
 // bnGradGraph is the element-wise part of a training BatchNorm's backward
 // as autodiff writes it over a low input x and gradient g: w = BN(x32, s,
-// t, μ, σ²), h = g32 + w, dX = BN(h, γ, 0, 0, σ²), cast to low for the
+// t, μ, σ²), h = g32 - w, dX = BN(h, γ, 0, 0, σ²), cast to low for the
 // Relu after it, with the reductions over g32 and g32·x̂, x̂ = BN(x32, 1,
 // 0, μ, σ²). gFloat computes g32 in float32 instead (a CPU build's Relu
 // gradient).
@@ -117,7 +117,7 @@ func bnGradGraph(low dtype.DType, gFloat bool) *graph.Graph {
 	}
 	s, t := b.Neg("sums"), b.Sqrt("sums") // per-channel values computed in the graph
 	w := b.Op("BatchNormalization", []string{x32, s, t, "mean", "var"})
-	dx := b.Op("BatchNormalization", []string{b.Add(g32, w), "gamma", "zero", "zero", "var"})
+	dx := b.Op("BatchNormalization", []string{b.Sub(g32, w), "gamma", "zero", "zero", "var"})
 	xhat := b.Op("BatchNormalization", []string{x32, "one", "zero", "mean", "var"})
 	// The forward's BatchNorm recomputed, for the Relu's gradient.
 	y := b.Op("BatchNormalization", []string{x32, "gamma", "zero", "mean", "var"})
@@ -126,7 +126,7 @@ func bnGradGraph(low dtype.DType, gFloat bool) *graph.Graph {
 	return g
 }
 
-// TestLowBatchNormGrads: the backward's w, g + w and dX read and write the
+// TestLowBatchNormGrads: the backward's w, g - w and dX read and write the
 // low type where the device has the kernels (reading x and g, not their
 // float32 copies; dX is the value the Relu reads), and x̂ reads x, its
 // output cast up for the product with g32, which the reductions read
@@ -135,7 +135,7 @@ func bnGradGraph(low dtype.DType, gFloat bool) *graph.Graph {
 // the same float32 copy is rewritten as LowBatchNorms does any.
 func TestLowBatchNormGrads(t *testing.T) {
 	all := func(*graph.Node, dtype.DType) bool { return true }
-	noAdd := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Add" }
+	noSub := func(n *graph.Node, _ dtype.DType) bool { return n.Op != "Sub" }
 	for _, tc := range []struct {
 		name   string
 		gFloat bool
@@ -143,7 +143,7 @@ func TestLowBatchNormGrads(t *testing.T) {
 		want   int
 	}{
 		{"float16", false, all, 3},
-		{"no Add kernel", false, noAdd, 1},
+		{"no Sub kernel", false, noSub, 1},
 		{"float32 gradient", true, all, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,13 +156,13 @@ func TestLowBatchNormGrads(t *testing.T) {
 				t.Fatal(err)
 			}
 			var bns []*graph.Node
-			var add, relu *graph.Node
+			var sub, relu *graph.Node
 			for _, n := range g.Nodes {
 				switch n.Op {
 				case "BatchNormalization":
 					bns = append(bns, n)
-				case "Add":
-					add = n
+				case "Sub":
+					sub = n
 				case "Relu":
 					if n.Output(0) == g.Outputs[0] {
 						relu = n
@@ -189,7 +189,7 @@ func TestLowBatchNormGrads(t *testing.T) {
 					fwd = n
 				case consumers[n.Output(0)][0].Op == "Cast":
 					xhat = n
-				case n.Input(0) == add.Output(0):
+				case n.Input(0) == sub.Output(0):
 					dx = n
 				default:
 					w = n
@@ -201,8 +201,8 @@ func TestLowBatchNormGrads(t *testing.T) {
 			if xhat.Input(0) != "x" {
 				t.Errorf("x̂ reads %s, want x", xhat.Input(0))
 			}
-			if w.Input(0) != "x" || add.Input(0) != "g" || add.Input(1) != w.Output(0) || dx.Input(0) != add.Output(0) || relu.Input(0) != dx.Output(0) {
-				t.Fatalf("not rewired: %s, %s, %s, %s", w.Describe(), add.Describe(), dx.Describe(), relu.Describe())
+			if w.Input(0) != "x" || sub.Input(0) != "g" || sub.Input(1) != w.Output(0) || dx.Input(0) != sub.Output(0) || relu.Input(0) != dx.Output(0) {
+				t.Fatalf("not rewired: %s, %s, %s, %s", w.Describe(), sub.Describe(), dx.Describe(), relu.Describe())
 			}
 			for _, n := range []*graph.Node{xhat, w, dx, fwd} {
 				readsWritesLow(t, g, n, dtype.Float16)

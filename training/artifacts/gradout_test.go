@@ -1,0 +1,90 @@
+package artifacts_test
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/ort"
+	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/graph"
+	"github.com/ortrain/ortrain/training/optim"
+	"github.com/ortrain/ortrain/training/precision"
+)
+
+// TestGradientOutputsWrittenByTheirNodes: in the small ResNet's training
+// graph, float32 and float16-mixed, a gradient output is written by the
+// node that computes it only where that node reads nothing larger than
+// the gradient and is no view (a BatchNorm's M·mean, the float32 copy of
+// a weight's float16 gradient); every other gradient, and only those,
+// goes through an Identity. The BatchNorms' scale and shift gradients are
+// written by their own nodes in both.
+func TestGradientOutputsWrittenByTheirNodes(t *testing.T) {
+	for _, low := range []dtype.DType{0, dtype.Float16} {
+		t.Run(low.String(), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "resnet")
+			m, err := artifacts.Build(artifacts.Options{Graph: resnet(rand.New(rand.NewPCG(3, 4))), Out: dir, Loss: "cross_entropy",
+				Optimizer: optim.Config{Kind: optim.SGD, LR: 0.05}, Precision: low, Probe: precision.NewProbe(ort.Options{}, graph.EmitOpset)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := graph.Load(filepath.Join(dir, artifacts.TrainingFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			producers, consumers := g.Producers(), g.Consumers()
+			views := map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true}
+			// larger: v has more elements than out, or sizes not known
+			// before the run (the batch's).
+			larger := func(v, out string) bool {
+				i := g.Info(v)
+				return !i.Static() || dtype.Numel(i.Shape) > dtype.Numel(g.Info(out).Shape)
+			}
+			own, bn := 0, 0
+			for _, gr := range m.Gradients {
+				n := producers[gr.Out]
+				if n == nil {
+					t.Fatalf("%s: no node writes it", gr.Out)
+				}
+				if len(consumers[gr.Out]) != 0 {
+					t.Errorf("%s: read by %s", gr.Out, consumers[gr.Out][0].Describe())
+				}
+				small := !views[n.Op]
+				for _, in := range n.Inputs {
+					if in != "" && larger(in, gr.Out) {
+						small = false
+					}
+				}
+				if n.Op == "Identity" {
+					if p := producers[n.Input(0)]; p != nil && p.Op != "Identity" && !views[p.Op] && len(consumers[n.Input(0)]) == 1 {
+						cheap := true
+						for _, in := range p.Inputs {
+							if in != "" && larger(in, gr.Out) {
+								cheap = false
+							}
+						}
+						if cheap {
+							t.Errorf("%s: an Identity after %s, which could write it", gr.Out, p.Describe())
+						}
+					}
+					continue
+				}
+				if !small {
+					t.Errorf("%s: written by %s, which reads more than the gradient or is a view", gr.Out, n.Describe())
+				}
+				own++
+				if g.Info(gr.Out).Rank() == 1 && n.Op == "Mul" {
+					bn++
+				}
+			}
+			// 6 BatchNorm layers, a scale and a shift each.
+			if bn != 12 {
+				t.Errorf("%d BatchNorm gradients written by their own Mul, want 12 (%d of %d gradients by their own nodes)", bn, own, len(m.Gradients))
+			}
+			if low == dtype.Float16 && own <= bn {
+				t.Errorf("no weight gradient written by its float32 copy (%d of %d by their own nodes)", own, len(m.Gradients))
+			}
+		})
+	}
+}
