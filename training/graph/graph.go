@@ -348,21 +348,17 @@ func (g *Graph) RenameLeaf(n *Node, old, name string) {
 		}
 	}
 	g.names[name] = true
-	if info, ok := g.Infos[old]; ok {
-		g.Infos[name] = info
-		delete(g.Infos, old)
-	}
-	if d, ok := g.Dims[old]; ok {
-		g.Dims[name] = d
-		delete(g.Dims, old)
-	}
-	if like, ok := g.shapeLike[old]; ok {
-		g.shapeLike[name] = like
-		delete(g.shapeLike, old)
-	}
-	if r, ok := g.dimRoots[old]; ok {
-		g.dimRoots[name] = r
-		delete(g.dimRoots, old)
+	moveKey(g.Infos, old, name)
+	moveKey(g.Dims, old, name)
+	moveKey(g.shapeLike, old, name)
+	moveKey(g.dimRoots, old, name)
+}
+
+// moveKey files m's entry for old under name.
+func moveKey[V any](m map[string]V, old, name string) {
+	if v, ok := m[old]; ok {
+		m[name] = v
+		delete(m, old)
 	}
 }
 
