@@ -17,6 +17,7 @@ import (
 	"github.com/ortrain/ortrain/training/cudaform"
 	"github.com/ortrain/ortrain/training/graph"
 	"github.com/ortrain/ortrain/training/loss"
+	"github.com/ortrain/ortrain/training/memplan"
 	"github.com/ortrain/ortrain/training/optim"
 	"github.com/ortrain/ortrain/training/precision"
 	"github.com/ortrain/ortrain/training/safetensors"
@@ -722,7 +723,7 @@ func frozenByExport(g *graph.Graph, model string) (map[string]bool, error) {
 // float32, this 2-core machine); with the BatchNorms' M·mean, 56.7.
 func writesOwnGradient(g *graph.Graph, n *graph.Node, v string) bool {
 	vi := g.Info(v)
-	if len(n.Outputs) != 1 || !vi.Static() || viewOps[n.Op] {
+	if len(n.Outputs) != 1 || !vi.Static() || n.Domain == "" && memplan.IsView(n.Op) {
 		return false
 	}
 	for _, in := range n.Inputs {
@@ -735,10 +736,6 @@ func writesOwnGradient(g *graph.Graph, n *graph.Node, v string) bool {
 	}
 	return true
 }
-
-// viewOps write their input's buffer under another shape, where ONNX
-// Runtime can.
-var viewOps = map[string]bool{"Identity": true, "Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true}
 
 // bypassIdentities removes the Identity nodes whose output is not a graph
 // output (what stop-gradient markers become), reading their input instead:

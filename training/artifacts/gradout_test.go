@@ -34,12 +34,19 @@ func TestGradientOutputsWrittenByTheirNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			producers, consumers := g.Producers(), g.Consumers()
-			views := map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true}
-			// larger: v has more elements than out, or sizes not known
-			// before the run (the batch's).
-			larger := func(v, out string) bool {
-				i := g.Info(v)
-				return !i.Static() || dtype.Numel(i.Shape) > dtype.Numel(g.Info(out).Shape)
+			// readsSmall: n is no view and reads nothing with more
+			// elements than out, or with sizes not known before the run
+			// (the batch's).
+			readsSmall := func(n *graph.Node, out string) bool {
+				if n.Op == "Reshape" || n.Op == "Squeeze" || n.Op == "Unsqueeze" || n.Op == "Flatten" || n.Op == "Identity" {
+					return false
+				}
+				for _, in := range n.Inputs {
+					if i := g.Info(in); in != "" && (!i.Static() || dtype.Numel(i.Shape) > dtype.Numel(g.Info(out).Shape)) {
+						return false
+					}
+				}
+				return true
 			}
 			own, bn := 0, 0
 			for _, gr := range m.Gradients {
@@ -50,27 +57,13 @@ func TestGradientOutputsWrittenByTheirNodes(t *testing.T) {
 				if len(consumers[gr.Out]) != 0 {
 					t.Errorf("%s: read by %s", gr.Out, consumers[gr.Out][0].Describe())
 				}
-				small := !views[n.Op]
-				for _, in := range n.Inputs {
-					if in != "" && larger(in, gr.Out) {
-						small = false
-					}
-				}
 				if n.Op == "Identity" {
-					if p := producers[n.Input(0)]; p != nil && p.Op != "Identity" && !views[p.Op] && len(consumers[n.Input(0)]) == 1 {
-						cheap := true
-						for _, in := range p.Inputs {
-							if in != "" && larger(in, gr.Out) {
-								cheap = false
-							}
-						}
-						if cheap {
-							t.Errorf("%s: an Identity after %s, which could write it", gr.Out, p.Describe())
-						}
+					if p := producers[n.Input(0)]; p != nil && len(consumers[n.Input(0)]) == 1 && readsSmall(p, gr.Out) {
+						t.Errorf("%s: an Identity after %s, which could write it", gr.Out, p.Describe())
 					}
 					continue
 				}
-				if !small {
+				if !readsSmall(n, gr.Out) {
 					t.Errorf("%s: written by %s, which reads more than the gradient or is a view", gr.Out, n.Describe())
 				}
 				own++

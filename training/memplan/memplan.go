@@ -59,6 +59,10 @@ type Report struct {
 // views are ops whose output shares its input's buffer in ONNX Runtime.
 var views = map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Flatten": true, "Identity": true}
 
+// IsView reports whether op's output shares its input's buffer in ONNX
+// Runtime (where the planner can).
+func IsView(op string) bool { return views[op] }
+
 // inPlace are the ops whose CPU kernels let ONNX Runtime's planner put the
 // output in the buffer of input 0 when that input dies at the node and has
 // the output's size: measured on ONNX Runtime 1.30 (a chain of each op
