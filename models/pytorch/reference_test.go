@@ -13,6 +13,7 @@ import (
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
+	"github.com/ortrain/ortrain/training/autodiff"
 	"github.com/ortrain/ortrain/training/safetensors"
 )
 
@@ -127,10 +128,14 @@ func TestUNet3DMatchesAutograd(t *testing.T) {
 }
 
 // matchAutograd runs reference_step.py for model, builds ortrain's
-// artifacts from its export with opts, runs one training step on the CPU
-// on the batch PyTorch used, and compares the loss and the gradient of
-// each of the params parameters with PyTorch autograd (-1: as many as
-// PyTorch has).
+// artifacts from its export with opts twice, as for the CPU provider and
+// as for the CUDA provider (its gradient forms: one ConvTranspose per
+// input gradient and GEMMs per weight gradient, cudaform's reductions,
+// Pads and broadcasts, the norms' row statistics), runs one training step
+// of each on the CPU on the batch PyTorch used, and compares the loss and
+// the gradient of each of the params parameters with PyTorch autograd
+// (-1: as many as PyTorch has). What the graphs a GPU runs compute
+// differently from the CPU's would show here, without a GPU.
 func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Options, params int) {
 	needTorch(t)
 	orttest.Init(t)
@@ -139,13 +144,30 @@ func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Opt
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("reference_step.py: %v\n%s", err, out)
 	}
-	art := filepath.Join(dir, "artifacts")
-	opts.Model, opts.Out = filepath.Join(dir, "model.onnx"), art
+	ref := readTensors(t, filepath.Join(dir, "reference.safetensors"))
+	for _, forms := range []struct {
+		name string
+		cuda bool
+	}{{"cpu-forms", false}, {"cuda-forms", true}} {
+		t.Run(forms.name, func(t *testing.T) {
+			o := opts
+			o.Model, o.Out = filepath.Join(dir, "model.onnx"), filepath.Join(dir, forms.name)
+			if forms.cuda {
+				o.CUDA, o.ConvForm = true, autodiff.ConvFormFor(true)
+			}
+			compareStep(t, o, ref, params)
+		})
+	}
+}
+
+// compareStep builds the artifacts opts describes, runs one training step
+// on ref's batch and compares its loss and gradients with ref's.
+func compareStep(t *testing.T, opts artifacts.Options, ref map[string]*ort.Value, params int) {
 	m, err := artifacts.Build(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := readTensors(t, filepath.Join(dir, "reference.safetensors"))
+	art := opts.Out
 	weights := readTensors(t, filepath.Join(art, "weights.safetensors"))
 
 	sess, err := ort.NewSession(filepath.Join(art, m.Files["training"]), ort.Options{})
