@@ -16,31 +16,10 @@ import (
 	"github.com/ortrain/ortrain/training/precision"
 )
 
-// cudaLikeKernels stands in for a GPU's kernel probe on a machine without
-// one: every op runs in the low type but Conv, ConvTranspose and
-// BatchNormalization in bfloat16, which ONNX Runtime's CUDA provider lacks. The graphs built
-// with it are typed as a GPU build types them (products in the low type,
-// no emulating Casts), which the CPU's own builds never are.
-type cudaLikeKernels struct{}
-
-func (cudaLikeKernels) Kernels(*graph.Graph) precision.Kernels {
-	return func(n *graph.Node, dt dtype.DType) bool {
-		return dt != dtype.BFloat16 || n.Op != "Conv" && n.Op != "ConvTranspose" && n.Op != "BatchNormalization"
-	}
-}
-
-// sameTypeOps read all their float operands in one type (ONNX's T), with
-// the operands that must match: ONNX Runtime refuses a session otherwise.
-var sameTypeOps = map[string][]int{
-	"Add": {0, 1}, "Sub": {0, 1}, "Mul": {0, 1}, "Div": {0, 1}, "MatMul": {0, 1}, "Gemm": {0, 1, 2},
-	"Where": {1, 2}, "Max": nil, "Min": nil, "Sum": nil, "Mean": nil, "Concat": nil,
-	"Conv": {0, 1, 2}, "ConvTranspose": {0, 1, 2}, "LayerNormalization": {0, 1, 2},
-	"BatchNormalization": {0, 1, 2, 3, 4}, // one T in the CUDA provider's kernels
-}
-
 // TestTypedGPUBuilds: each recipe's artifacts built as for a GPU in
-// bf16-mixed and 16-mixed (kernels as cudaLikeKernels says, the CUDA forms)
-// give every node operands of one type where its op needs them: what an
+// bf16-mixed and 16-mixed (kernels as steptest.CUDALikeKernels says, the
+// CUDA forms) give every node operands of one type where its op needs
+// them: what an
 // emulated CPU build, all float32, cannot show, and a GPU session would
 // refuse to load (an attention rewrite once met a float32 gradient with
 // bfloat16 row sums).
@@ -61,46 +40,8 @@ func TestTypedGPUBuilds(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, dir := steptest.BuildOrSkip(t, artifacts.Options{Graph: m.Graph, Loss: m.Loss, CUDA: true,
-					ConvForm: autodiff.ConvFormGEMM, Precision: low, Probe: cudaLikeKernels{}})
-				lows := 0
-				for _, f := range []string{artifacts.TrainingFile, artifacts.OptimizerFile, artifacts.EvalFile} {
-					g, err := graph.Load(filepath.Join(dir, f))
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, n := range g.Nodes {
-						if n.Domain != "" {
-							continue
-						}
-						idx, ok := sameTypeOps[n.Op]
-						if !ok {
-							continue
-						}
-						if idx == nil {
-							for i := range n.Inputs {
-								idx = append(idx, i)
-							}
-						}
-						var first dtype.DType
-						for _, i := range idx {
-							if i >= len(n.Inputs) || n.Inputs[i] == "" {
-								continue
-							}
-							dt := g.Info(n.Inputs[i]).DType
-							if dt == 0 {
-								continue // not inferred from the file: nothing to compare
-							}
-							if dt == low {
-								lows++
-							}
-							if first == 0 {
-								first = dt
-							} else if dt != first {
-								t.Errorf("%s: %s reads %v and %v", f, n.Describe(), first, dt)
-							}
-						}
-					}
-				}
+					ConvForm: autodiff.ConvFormGEMM, Precision: low, Probe: steptest.CUDALikeKernels{}})
+				lows := steptest.CheckOperandTypes(t, dir, low)
 				if lows == 0 {
 					t.Errorf("no operand in %v: the build was not typed", low)
 				}
@@ -109,12 +50,12 @@ func TestTypedGPUBuilds(t *testing.T) {
 	}
 }
 
-// without is cudaLikeKernels without a low-precision kernel for op: the
-// graphs keep such a node in float32 between Casts.
+// without is steptest.CUDALikeKernels without a low-precision kernel for
+// op: the graphs keep such a node in float32 between Casts.
 type without struct{ op string }
 
 func (w without) Kernels(g *graph.Graph) precision.Kernels {
-	k := cudaLikeKernels{}.Kernels(g)
+	k := steptest.CUDALikeKernels{}.Kernels(g)
 	return func(n *graph.Node, dt dtype.DType) bool { return n.Op != w.op && k(n, dt) }
 }
 
@@ -148,7 +89,7 @@ func TestLowPrecisionNodesStep(t *testing.T) {
 		t.Run(tc.recipe+"/"+tc.op, func(t *testing.T) {
 			var runs [2]*steptest.Runner
 			var lows [2]int
-			for i, probe := range []artifacts.KernelProbe{without{tc.op}, cudaLikeKernels{}} {
+			for i, probe := range []artifacts.KernelProbe{without{tc.op}, steptest.CUDALikeKernels{}} {
 				m, err := models.Build(tc.recipe, tc.params)
 				if err != nil {
 					t.Fatal(err)
@@ -264,7 +205,7 @@ func TestGeluWhereTheDeviceHasIt(t *testing.T) {
 		low   dtype.DType
 		probe artifacts.KernelProbe
 		gelu  bool
-	}{{"float32", 0, nil, true}, {"bf16-mixed", dtype.BFloat16, cudaLikeKernels{}, true}, {"no bfloat16 Gelu", dtype.BFloat16, without{"Gelu"}, false}} {
+	}{{"float32", 0, nil, true}, {"bf16-mixed", dtype.BFloat16, steptest.CUDALikeKernels{}, true}, {"no bfloat16 Gelu", dtype.BFloat16, without{"Gelu"}, false}} {
 		m, err := models.Build("bd3lm", params)
 		if err != nil {
 			t.Fatal(err)

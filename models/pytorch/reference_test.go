@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ortrain/ortrain/dtype"
+	"github.com/ortrain/ortrain/models/internal/steptest"
 	"github.com/ortrain/ortrain/ort"
 	"github.com/ortrain/ortrain/ort/orttest"
 	"github.com/ortrain/ortrain/training/artifacts"
@@ -135,7 +137,9 @@ func TestUNet3DMatchesAutograd(t *testing.T) {
 // of each on the CPU on the batch PyTorch used, and compares the loss and
 // the gradient of each of the params parameters with PyTorch autograd
 // (-1: as many as PyTorch has). What the graphs a GPU runs compute
-// differently from the CPU's would show here, without a GPU.
+// differently from the CPU's would show here, without a GPU; and the
+// mixed-precision builds a GPU makes are checked for operands of mixed
+// types, which its sessions refuse.
 func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Options, params int) {
 	needTorch(t)
 	orttest.Init(t)
@@ -156,6 +160,21 @@ func matchAutograd(t *testing.T, model string, args []string, opts artifacts.Opt
 				o.CUDA, o.ConvForm = true, autodiff.ConvFormFor(true)
 			}
 			compareStep(t, o, ref, params)
+		})
+	}
+	// Mixed precision as a GPU builds it cannot run here (no float16
+	// convolutions on the CPU), but its operands' types can be checked.
+	for _, low := range []dtype.DType{dtype.BFloat16, dtype.Float16} {
+		t.Run("cuda-typed-"+low.String(), func(t *testing.T) {
+			o := opts
+			o.Model, o.Out = filepath.Join(dir, "model.onnx"), filepath.Join(dir, "typed-"+low.String())
+			o.CUDA, o.ConvForm, o.Precision, o.Probe = true, autodiff.ConvFormFor(true), low, steptest.CUDALikeKernels{}
+			if _, err := artifacts.Build(o); err != nil {
+				t.Fatal(err)
+			}
+			if steptest.CheckOperandTypes(t, o.Out, low) == 0 {
+				t.Errorf("no operand in %v: the build was not typed", low)
+			}
 		})
 	}
 }
