@@ -255,7 +255,10 @@ func Gradients(g *graph.Graph, loss string, wrt []string, prefix string) (map[st
 	rowScaleThroughGemm(g, backward)
 	fullOperandFirst(g, backward)
 	earliestContributionLast(g, backward)
-	return out, b.Err
+	if b.Err != nil {
+		return nil, b.Err
+	}
+	return out, batchScaledGradients(g, backward, out)
 }
 
 // earliestContributionLast reorders the backward nodes (from index first

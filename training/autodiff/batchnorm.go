@@ -188,9 +188,9 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 //	dβ = Σg,  dγ = Σ g·x̂,  dX = γ/√(σ²+ε) · (g - x̂·dγ/M - dβ/M)
 //
 // The backward takes the per-channel means dγ/M and dβ/M (one reduction
-// each, read by w and by dγ = M·(dγ/M), dβ = M·(dβ/M), which write the
-// gradient outputs themselves: no Identity after them, no scaling by -1/M
-// before w). x̂, w = x̂·dγ/M + dβ/M and dX = γ/√(σ²+ε)·(g - w) are each one
+// each, read by w and by dγ = M·(dγ/M), dβ = M·(dβ/M), no scaling by -1/M
+// before w; batchScaledGradients then computes all the layers' M·mean
+// as one product). x̂, w = x̂·dγ/M + dβ/M and dX = γ/√(σ²+ε)·(g - w) are each one
 // BatchNormalization node (x̂'s with scale 1; w's with scale dγ/M and bias
 // dβ/M; dX's over g - w with mean 0), so the backward keeps only X and
 // the per-channel statistics from the forward and reshapes nothing.
@@ -507,19 +507,9 @@ func updateRunningStats(g *graph.Graph, stats []runningStat) ([]BufferUpdate, er
 		// value's statistics together.
 		slices.SortStableFunc(group, func(a, c runningStat) int { return strings.Compare(a.factorValue, c.factorValue) })
 		var bufs, vals, outs []string
-		var moms, consts []float64
-		var factors []string
+		var moms []float64
 		var lengths []int64
-		flush := func() {
-			if len(consts) > 0 {
-				t, err := graph.Floats("", dt, []int64{int64(len(consts))}, consts)
-				if err != nil {
-					b.Fail("%v", err)
-					return
-				}
-				factors, consts = append(factors, b.Const(t)), nil
-			}
-		}
+		parts := make([]factorPart, len(group))
 		for i, st := range group {
 			n := g.Info(st.buf).Shape[0]
 			bufs, vals, outs = append(bufs, st.buf), append(vals, st.stat), append(outs, st.out)
@@ -527,29 +517,9 @@ func updateRunningStats(g *graph.Graph, stats []runningStat) ([]BufferUpdate, er
 			for range n {
 				moms = append(moms, st.mom)
 			}
-			if st.factorValue == "" {
-				for range n {
-					consts = append(consts, st.factor)
-				}
-				continue
-			}
-			flush()
-			run := n // this value's statistics, all of them after any constant one
-			for _, next := range group[i+1:] {
-				if next.factorValue != st.factorValue {
-					break
-				}
-				run += g.Info(next.buf).Shape[0]
-			}
-			if i == 0 || group[i-1].factorValue != st.factorValue {
-				factors = append(factors, b.Op("Expand", []string{st.factorValue, b.Ints(run)}))
-			}
+			parts[i] = factorPart{n: n, c: st.factor, v: st.factorValue}
 		}
-		flush()
-		factor := factors[0]
-		if len(factors) > 1 {
-			factor = b.Concat(0, factors...)
-		}
+		factor := factorVector(b, dt, parts)
 		momT, err := graph.Floats("", dt, []int64{int64(len(moms))}, moms)
 		if err != nil {
 			return nil, err
