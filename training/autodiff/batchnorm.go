@@ -190,10 +190,11 @@ func batchNormGrad(b *B, n *N, dy []string, need []bool) []string {
 // The backward takes the per-channel means dγ/M and dβ/M (one reduction
 // each, read by w and by dγ = M·(dγ/M), dβ = M·(dβ/M), no scaling by -1/M
 // before w; batchScaledGradients then computes all the layers' M·mean
-// as one product). x̂, w = x̂·dγ/M + dβ/M and dX = γ/√(σ²+ε)·(g - w) are each one
-// BatchNormalization node (x̂'s with scale 1; w's with scale dγ/M and bias
-// dβ/M; dX's over g - w with mean 0), so the backward keeps only X and
-// the per-channel statistics from the forward and reshapes nothing.
+// as one product). x̂, w = x̂·dγ/M + dβ/M and dX = γ/√(σ²+ε)·(g - w) are
+// each one BatchNormalization node (x̂'s with scale 1; w's with scale
+// dγ/M and bias dβ/M; dX's over g - w with mean 0), so the backward keeps
+// only X and the per-channel statistics from the forward and reshapes
+// nothing.
 // Where the forward ran its BatchNorm in a low type, w, g - w and dX are
 // element-wise in what X and g are on the device, and
 // precision.LowBatchNorms runs all three there: only the reductions
