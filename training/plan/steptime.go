@@ -270,7 +270,13 @@ type StepTime struct {
 	// Float16 is the same step in 16-mixed, for a bf16-mixed one with
 	// convolutions (PredictStep); nil otherwise.
 	Float16 *StepTime `json:"float16,omitempty"`
+	// Larger is the step at a larger batch, for a step that launches take
+	// most of (PredictStep); nil otherwise.
+	Larger *StepTime `json:"larger_batch,omitempty"`
 }
+
+// launchBound reports whether launches take more than share of the step.
+func (st *StepTime) launchBound(share float64) bool { return st.LaunchMS > share*st.StepMS }
 
 // convs sums the step's Conv and ConvTranspose ops.
 func (st *StepTime) convs() (sum struct {
@@ -1146,6 +1152,10 @@ func (st *StepTime) WriteText(w io.Writer, top int) {
 		c, c16 := st.convs(), f.convs()
 		fmt.Fprintf(w, "  16-mixed   %.1f ms per step (%s%%): ONNX Runtime's CUDA provider has no bfloat16 Conv or ConvTranspose, so bf16-mixed runs the step's %d convolutions in float32 with TF32 (%.1f ms), 16-mixed in float16 (%.1f ms); --set trainer.precision=16-mixed, which adds dynamic loss scaling\n",
 			f.StepMS, strings.Replace(fmt.Sprintf("%+.0f", 100*(f.StepMS/st.StepMS-1)), "-", "−", 1), c.calls, c.ms, c16.ms)
+	}
+	if l := st.Larger; l != nil {
+		fmt.Fprintf(w, "  launches   %.1f of the %.1f ms: at this batch the GPU mostly waits for ONNX Runtime to launch its %d kernels; at batch %d a step is predicted at %.1f ms (%.1f of it launches), %.1f× the samples a second (data.batch_size; plan --memory says whether it fits)\n",
+			st.LaunchMS, st.StepMS, st.Kernels, l.Batch, l.StepMS, l.LaunchMS, float64(l.Batch)/l.StepMS/(float64(st.Batch)/st.StepMS))
 	}
 	fmt.Fprintf(w, "  model      each kernel: max(FLOPs / peak, bytes / bandwidth) at its op class's efficiency (fitted on profiles of ResNet-50, the diffusion LM and the VQ-GAN preset on an H200; against steps measured there, 2026-11-26: ResNet-50 −7%%, the diffusion LM +3%% at batch 64 and +2%% at 128, the VQ-GAN at batch 1 +5%% in bf16-mixed and +9%% in 16-mixed) + %.0f µs launch; %s: %.0f TFLOP/s fp16/bf16, %.0f TF32, %.1f fp32, %.2f TB/s\n",
 		LaunchSeconds*1e6, st.GPU.Title, st.GPU.Tensor16/1e12, st.GPU.TF32/1e12, st.GPU.FP32/1e12, st.GPU.Bandwidth/1e12)
