@@ -51,8 +51,8 @@ Examples:
 			&cli.BoolFlag{Name: "memory", Usage: "also build the training graph (in a temporary directory) and replay a step at the batch size: activation memory at the peak, and tensors too large for CUDA's kernels"},
 			&cli.StringFlag{Name: "gpu-memory", Usage: "with --memory, the largest batch per device whose step fits in `SIZE` (\"23GiB\"); default with a CUDA device: its memory, when NVML sees it"},
 			&cli.IntFlag{Name: "probe", Usage: "with --memory, also run a training step at batch `N` on this machine's CPU, measure ONNX Runtime's allocator peak and calibrate the replay with it (0: none)"},
-			&cli.StringFlag{Name: "gpu", Usage: "also predict the training step's time on `GPU` (h100, h200, a10g) from the graphs' shapes at the batch; --step-time picks it from the configuration's name (else h200)"},
-			&cli.BoolFlag{Name: "step-time", Usage: "predict the training step's time on the GPU the configuration's name mentions (h100, h200, a10g; else h200)"}),
+			&cli.StringFlag{Name: "gpu", Usage: "also predict the training step's time on `GPU` (h100, h200, a100, a10g) from the graphs' shapes at the batch; --step-time picks it from the configuration's name (else h200)"},
+			&cli.BoolFlag{Name: "step-time", Usage: "predict the training step's time on the GPU the configuration's name mentions (h100, h200, a100, a10g; else h200)"}),
 		Action: func(c *cli.Context) error {
 			cfg, err := readConfig(c)
 			if err != nil {

@@ -32,8 +32,9 @@ type GPU struct {
 }
 
 // GPUs are the cards plan predicts for, from their data sheets (SXM
-// parts for the H100 and H200; dense rates, no sparsity).
+// parts for the A100 80GB, H100 and H200; dense rates, no sparsity).
 var GPUs = map[string]GPU{
+	"a100": {Name: "a100", Title: "NVIDIA A100 SXM 80GB", Tensor16: 312e12, TF32: 156e12, FP32: 19.5e12, Bandwidth: 2.039e12},
 	"h200": {Name: "h200", Title: "NVIDIA H200 SXM", Tensor16: 989e12, TF32: 494e12, FP32: 67e12, Bandwidth: 4.8e12},
 	"h100": {Name: "h100", Title: "NVIDIA H100 SXM", Tensor16: 989e12, TF32: 494e12, FP32: 67e12, Bandwidth: 3.35e12},
 	"a10g": {Name: "a10g", Title: "NVIDIA A10G", Tensor16: 125e12, TF32: 62.5e12, FP32: 31.2e12, Bandwidth: 600e9},

@@ -248,10 +248,10 @@ func TestLookupGPU(t *testing.T) {
 	if g, err := LookupGPU("H100"); err != nil || g.Name != "h100" {
 		t.Errorf("H100: %v %v", g, err)
 	}
-	if _, err := LookupGPU("v100"); err == nil || !strings.Contains(err.Error(), "a10g, h100, h200") {
+	if _, err := LookupGPU("v100"); err == nil || !strings.Contains(err.Error(), "a100, a10g, h100, h200") {
 		t.Errorf("v100: %v", err)
 	}
-	for name, want := range map[string]string{"resnet50-a10g-balanced": "a10g", "vqgan3d-h200": "h200", "mine": "h200"} {
+	for name, want := range map[string]string{"resnet50-a10g-balanced": "a10g", "vqgan3d-h200": "h200", "resnet50-a100": "a100", "mine": "h200"} {
 		if g := DefaultGPU(name); g.Name != want {
 			t.Errorf("%s: %s, want %s", name, g.Name, want)
 		}
