@@ -571,8 +571,9 @@ func trainingGraph(fwd *graph.Graph, spec loss.Spec, trainable []string, m *Mani
 	// gradient's output is written by a node that sits, with the others,
 	// at the end of the file, which is what orders the backward (see
 	// RunFirst below): the node that computes it where that node reads
-	// nothing larger than the gradient (a BatchNorm's M·mean, a weight's
-	// float32 copy of its low gradient), else an Identity; the trainer
+	// nothing larger than it writes (the Split of the BatchNorms' M·mean,
+	// a weight's float32 copy of its low gradient), else an Identity; the
+	// trainer
 	// keeps ONNX Runtime from eliminating those (EliminateIdentity), and
 	// the graph has no other. With the nodes that compute every gradient
 	// as the leaves (no Identity where nothing else reads the gradient,

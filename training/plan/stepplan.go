@@ -22,19 +22,21 @@ import (
 // ConvTranspose, so bf16-mixed runs them in float32 (TF32), and that is
 // the choice a user of a convolutional model makes before renting a GPU.
 func PredictStep(c *config.Config, gpu GPU) (*StepTime, error) {
-	st, err := predictStep(c, gpu)
+	st, err := predictStep(c, gpu, true)
 	if err != nil || c.Trainer.Precision != config.BF16Mixed || st.convs().calls == 0 {
 		return st, err
 	}
 	c16 := *c
 	c16.Trainer.Precision = config.FP16Mixed
-	if st.Float16, err = predictStep(&c16, gpu); err != nil {
+	if st.Float16, err = predictStep(&c16, gpu, false); err != nil {
 		return nil, fmt.Errorf("the step in 16-mixed: %w", err)
 	}
 	return st, nil
 }
 
-func predictStep(c *config.Config, gpu GPU) (*StepTime, error) {
+// predictStep predicts c's step; with larger, a launch-bound one's also
+// at a larger batch (StepTime.Larger).
+func predictStep(c *config.Config, gpu GPU, larger bool) (*StepTime, error) {
 	tmp, err := os.MkdirTemp("", "ortrain-plan-step-")
 	if err != nil {
 		return nil, err
@@ -46,7 +48,7 @@ func predictStep(c *config.Config, gpu GPU) (*StepTime, error) {
 	}
 	batch := int64(c.Data.BatchSize)
 	st, err := PredictArtifacts(dir, batch, gpu, StepOptions{TF32: c.Runtime.UseTF32})
-	if err != nil || !st.launchBound(0.5) || !batchFree(dir) {
+	if err != nil || !larger || !st.launchBound(0.5) || !batchFree(dir) {
 		return st, err
 	}
 	// Launches cost the same at any batch: the smallest of 2, 4, 8 and 16

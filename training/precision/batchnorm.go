@@ -46,8 +46,8 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 	}
 	producers, consumers, outputs := g.Producers(), g.Consumers(), g.OutputSet()
 	type lowGrad struct {
-		w, diff *graph.Node
-		x, g    string // the low values
+		w    *graph.Node
+		x, g string // the low values
 	}
 	type match struct {
 		readers []*graph.Node
@@ -81,7 +81,7 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 				!kernels(m.W, low) || !kernels(m.Diff, low) || !kernels(n, low) {
 				continue
 			}
-			found[n] = match{readers: m.Readers, grad: &lowGrad{m.W, m.Diff, x, gr}}
+			found[n] = match{readers: m.Readers, grad: &lowGrad{m.W, x, gr}}
 			perChannel(append(slices.Clone(m.W.Inputs[1:5]), n.Inputs[1:5]...))
 		} else {
 			x32, readers, ok := LowBatchNorm(g, producers, consumers, outputs, n)
@@ -198,7 +198,7 @@ func LowBatchNorms(g *graph.Graph, low dtype.DType, kernels Kernels) (int, error
 			params := lowOf(append(slices.Clone(d.w.Inputs[1:5]), n.Inputs[1:5]...))
 			emit(func() {
 				w := b.Op("BatchNormalization", append([]string{d.x}, params[:4]...), d.w.Attrs...)
-				b.OpInto(out, "BatchNormalization", append([]string{b.Op(d.diff.Op, []string{d.g, w})}, params[4:]...), n.Attrs...)
+				b.OpInto(out, "BatchNormalization", append([]string{b.Sub(d.g, w)}, params[4:]...), n.Attrs...)
 			})
 			drop[n] = true
 			continue
